@@ -1,0 +1,48 @@
+"""Triton kernels shared by the cuda, rocm and triton-interpret backends (``spec_hal.kernels``).
+
+One module per op family (``kernels/topk.py``, ...). Each defines ``PROVIDERS``: op name to
+``(host_function, description)``; a host function takes the op's arguments plus ``target=`` (a
+:class:`~spec_hal.kernels.launch.KernelTarget`) and picks its launch config from the target.
+Each also defines ``compile_specs(target)`` listing every (kernel, signature, constexprs,
+num_warps) the backends launch, which the offline compile matrix builds for every GPU target.
+
+Nothing here is imported by ``import spec_hal``; Triton is imported when a Triton backend is built.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Optional
+
+KERNEL_MODULES = ("spec_hal.kernels.topk",)
+
+_loaded_mode: Optional[str] = None
+
+
+def loaded_mode() -> Optional[str]:
+    """None before the kernels were imported, else "interpreter" or "compiled"."""
+    return _loaded_mode
+
+
+def kernel_modules() -> list:
+    global _loaded_mode
+    mode = "interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
+    modules = [importlib.import_module(name) for name in KERNEL_MODULES]
+    _loaded_mode = _loaded_mode or mode
+    return modules
+
+
+def kernel_providers() -> dict:
+    """Op name to (host function, description) over every kernel module."""
+    providers = {}
+    for module in kernel_modules():
+        providers.update(module.PROVIDERS)
+    return providers
+
+
+def launch_summary(target) -> list[str]:
+    """One line per kernel family: the launch configs it would use on ``target``."""
+    lines = []
+    for module in kernel_modules():
+        lines.extend(f"{module.__name__.rsplit('.', 1)[1]}: {line}" for line in module.describe_launch(target))
+    return lines

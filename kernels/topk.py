@@ -1,0 +1,242 @@
+"""Triton kernels of family ``topk``: ``draft_topk`` in two launches. Semantics: spec_hal/topk.py.
+
+Launch 1 (grid: rows x tiles) reads each logit exactly once. Every program owns one tile of
+``BLOCK`` columns of one row and writes the tile's max ``m``, its sum ``s = sum exp(x - m)`` and
+its k best (value, id) pairs. Splitting every row into tiles is what keeps a small batch from
+running one row per program: at bs = 1 and V = 151,936 that is 38-75 programs, not 1.
+
+Launch 2 (grid: rows) merges a row's tiles: ``M = max m``, ``Z = sum s * exp(m - M)`` (the
+online-softmax normaliser), the k best of the tiles' candidates, ``p = exp(v - M) / Z``. For k = 1
+this is ``1 / Z``, the exact top-1 probability, without materialising a softmax.
+
+Ranking is by (value descending, id ascending): pass j selects the best element strictly after
+the (value, id) chosen by pass j - 1 in that order, so ties go to the lower id and no element is
+selected twice. Masked tail lanes are never eligible, so an id is always in [0, V).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from spec_hal.topk import MAX_TOPK
+
+from .launch import KernelTarget
+
+NO_ID = 2**31 - 1  # id of an empty candidate slot; ranks after every real id on ties
+
+
+@triton.jit
+def _next_best(values, ids, prev_value, prev_id, eligible):
+    """Best (value, id) strictly after (prev_value, prev_id) in (value desc, id asc) order."""
+    after_prev = (values < prev_value) | ((values == prev_value) & (ids > prev_id))
+    candidate = eligible & after_prev
+    best_value = tl.max(tl.where(candidate, values, float("-inf")), axis=0)
+    best_id = tl.min(tl.where(candidate & (values == best_value), ids, NO_ID), axis=0)
+    return best_value, best_id
+
+
+@triton.jit
+def _tile_topk_kernel(
+    logits_ptr,
+    stride_row,
+    stride_col,
+    vocab,
+    tile_max_ptr,
+    tile_sum_ptr,
+    cand_value_ptr,
+    cand_id_ptr,
+    num_tiles,
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    in_vocab = cols < vocab
+    raw = tl.load(logits_ptr + row.to(tl.int64) * stride_row + cols.to(tl.int64) * stride_col, mask=in_vocab, other=0.0)
+    values = raw.to(tl.float32)
+    values = tl.where(values != values, float("-inf"), values)  # NaN ranks as -inf
+    values = tl.minimum(values, 3.4028234663852886e38)  # +inf ranks as FLT_MAX
+    values = tl.where(in_vocab, values, float("-inf"))
+
+    tile_max = tl.max(values, axis=0)
+    safe_max = tl.where(tile_max == float("-inf"), 0.0, tile_max)
+    tile_sum = tl.sum(tl.where(in_vocab, tl.exp(values - safe_max), 0.0), axis=0)
+    tile_sum = tl.where(tile_max == float("-inf"), 0.0, tile_sum)
+    slot = row.to(tl.int64) * num_tiles + tile
+    tl.store(tile_max_ptr + slot, tile_max)
+    tl.store(tile_sum_ptr + slot, tile_sum)
+
+    prev_value = float("inf")
+    prev_id = -1
+    for j in tl.static_range(K):
+        best_value, best_id = _next_best(values, cols, prev_value, prev_id, in_vocab)
+        tl.store(cand_value_ptr + slot * K + j, best_value)
+        tl.store(cand_id_ptr + slot * K + j, best_id)
+        prev_value = best_value
+        prev_id = best_id
+
+
+@triton.jit
+def _merge_tiles_kernel(
+    tile_max_ptr,
+    tile_sum_ptr,
+    cand_value_ptr,
+    cand_id_ptr,
+    token_map_ptr,
+    probs_ptr,
+    ids_ptr,
+    num_tiles,
+    K: tl.constexpr,
+    K_PAD: tl.constexpr,
+    TILES: tl.constexpr,
+    HAS_TOKEN_MAP: tl.constexpr,
+):
+    row = tl.program_id(0)
+    tiles = tl.arange(0, TILES)
+    tile_ok = tiles < num_tiles
+    base = row.to(tl.int64) * num_tiles
+    tile_max = tl.load(tile_max_ptr + base + tiles, mask=tile_ok, other=float("-inf"))
+    tile_sum = tl.load(tile_sum_ptr + base + tiles, mask=tile_ok, other=0.0)
+    row_max = tl.max(tile_max, axis=0)
+    row_finite = row_max > float("-inf")
+    safe_row_max = tl.where(row_finite, row_max, 0.0)
+    scale = tl.where(tile_max > float("-inf"), tl.exp(tile_max - safe_row_max), 0.0)
+    # An all -inf row has no normaliser; 1.0 keeps the (discarded) division finite.
+    normaliser = tl.where(row_finite, tl.sum(tile_sum * scale, axis=0), 1.0)
+
+    # Candidates are stored (tile, K); read them as a flat list of TILES * K_PAD slots.
+    kk = tl.arange(0, K_PAD)
+    slot_ok = tile_ok[:, None] & (kk[None, :] < K)
+    offsets = (base + tiles[:, None]) * K + kk[None, :]
+    cand_values = tl.reshape(tl.load(cand_value_ptr + offsets, mask=slot_ok, other=float("-inf")), (TILES * K_PAD,))
+    cand_ids = tl.reshape(tl.load(cand_id_ptr + offsets, mask=slot_ok, other=NO_ID), (TILES * K_PAD,))
+    # An empty slot (padding, or a tile narrower than K) holds NO_ID and is never eligible.
+    eligible = cand_ids != NO_ID
+
+    prev_value = float("inf")
+    prev_id = -1
+    for j in tl.static_range(K):
+        best_value, best_id = _next_best(cand_values, cand_ids, prev_value, prev_id, eligible)
+        prob = tl.where(row_finite, tl.exp(best_value - safe_row_max) / normaliser, 0.0)
+        out_id = best_id.to(tl.int64)
+        if HAS_TOKEN_MAP:
+            out_id = tl.load(token_map_ptr + out_id).to(tl.int64)
+        tl.store(probs_ptr + row.to(tl.int64) * K + j, prob)
+        tl.store(ids_ptr + row.to(tl.int64) * K + j, out_id)
+        prev_value = best_value
+        prev_id = best_id
+
+
+@dataclass(frozen=True)
+class TopkLaunch:
+    block: int
+    tile_warps: int
+    merge_warps: int
+
+
+def _padded(count: int) -> int:
+    """Power-of-two extent (at least 2) for a tl.arange over ``count`` items."""
+    return max(triton.next_power_of_2(count), 2)
+
+
+def launch_config(target: KernelTarget, rows: int, vocab: int) -> TopkLaunch:
+    """Tile width and warps per target.
+
+    Small batches use narrower tiles so that a row spreads over more programs (more SMs busy);
+    AMD runs wave64, so the same 256 threads per program are 4 warps instead of 8. The
+    interpreter runs one Python loop per program, so it takes the widest tile.
+    """
+    if target.vendor == "interpreter":
+        return TopkLaunch(block=min(max(triton.next_power_of_2(vocab), 16), 65536), tile_warps=1, merge_warps=1)
+    threads = 256
+    warps = threads // target.warp_size
+    block = 2048 if rows * triton.cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
+    block = min(block, max(triton.next_power_of_2(vocab), 128))
+    return TopkLaunch(block=block, tile_warps=warps, merge_warps=max(1, 128 // target.warp_size))
+
+
+def draft_topk(
+    logits: torch.Tensor,
+    k: int,
+    *,
+    token_map: Optional[torch.Tensor] = None,
+    out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+    target: KernelTarget,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton provider of ``draft_topk`` (arguments validated by the caller; see spec_hal.topk)."""
+    rows, vocab = logits.shape
+    device = logits.device
+    if out is None:
+        out = (torch.empty((rows, k), dtype=torch.float32, device=device), torch.empty((rows, k), dtype=torch.int64, device=device))
+    if rows == 0:
+        return out[0], out[1]
+    config = launch_config(target, rows, vocab)
+    num_tiles = triton.cdiv(vocab, config.block)
+    # Scratch comes from torch's caching allocator: no device malloc per call, capture-safe.
+    tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
+    tile_sum = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
+    cand_values = torch.empty((rows, num_tiles, k), dtype=torch.float32, device=device)
+    cand_ids = torch.empty((rows, num_tiles, k), dtype=torch.int32, device=device)
+    _tile_topk_kernel[(rows, num_tiles)](
+        logits, logits.stride(0), logits.stride(1), vocab,
+        tile_max, tile_sum, cand_values, cand_ids, num_tiles,
+        K=k, BLOCK=config.block, num_warps=config.tile_warps,
+    )
+    _merge_tiles_kernel[(rows,)](
+        tile_max, tile_sum, cand_values, cand_ids,
+        token_map if token_map is not None else tile_max,  # placeholder pointer, never read
+        out[0], out[1], num_tiles,
+        K=k, K_PAD=_padded(k), TILES=_padded(num_tiles), HAS_TOKEN_MAP=token_map is not None,
+        num_warps=config.merge_warps,
+    )
+    return out[0], out[1]
+
+
+PROVIDERS = {"draft_topk": (draft_topk, "kernels/topk.py: tile top-k + merge, 2 launches")}
+
+_LOGIT_TYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
+
+
+def compile_specs(target: KernelTarget):
+    """Every (kernel, signature, constexprs, num_warps) the host function launches on ``target``."""
+    specs = []
+    for rows, vocab in ((1, 151936), (256, 151936), (1, 127)):
+        config = launch_config(target, rows, vocab)
+        tiles = _padded(triton.cdiv(vocab, config.block))
+        for k in (1, 4, 8, 10, MAX_TOPK):
+            for logit_type in _LOGIT_TYPES:
+                specs.append((
+                    _tile_topk_kernel,
+                    {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
+                     "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_value_ptr": "*fp32",
+                     "cand_id_ptr": "*i32", "num_tiles": "i32", "K": "constexpr", "BLOCK": "constexpr"},
+                    {"K": k, "BLOCK": config.block},
+                    config.tile_warps,
+                ))
+            for map_type in ("i32", "i64"):
+                specs.append((
+                    _merge_tiles_kernel,
+                    {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_value_ptr": "*fp32",
+                     "cand_id_ptr": "*i32", "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
+                     "ids_ptr": "*i64", "num_tiles": "i32", "K": "constexpr", "K_PAD": "constexpr", "TILES": "constexpr",
+                     "HAS_TOKEN_MAP": "constexpr"},
+                    {"K": k, "K_PAD": _padded(k), "TILES": tiles, "HAS_TOKEN_MAP": True},
+                    config.merge_warps,
+                ))
+    return specs
+
+
+def describe_launch(target: KernelTarget) -> list[str]:
+    lines = []
+    for rows, vocab in ((1, 151936), (64, 151936), (256, 32000)):
+        config = launch_config(target, rows, vocab)
+        lines.append(
+            f"draft_topk bs={rows} V={vocab}: BLOCK={config.block}, {triton.cdiv(vocab, config.block)} tiles/row, "
+            f"{config.tile_warps} warps x {target.warp_size} lanes, merge {config.merge_warps} warps"
+        )
+    return lines

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One-time set-up used by `make demo` and `make test`: installs spec_hal (editable) with what it
+# needs, without replacing a torch or Triton the machine already has.
+set -euo pipefail
+PYTHON=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+
+if ! "$PYTHON" -c "import torch" 2>/dev/null; then
+    # No torch yet: take the CPU build (on this project's CI machines it comes from local disk;
+    # an unpinned torch would pull several GB of CUDA wheels). GPU users install their own first.
+    "$PYTHON" -m pip install --quiet "torch==2.13.0"
+fi
+
+extras="test"
+if ! "$PYTHON" -c "import triton" 2>/dev/null; then
+    if "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.version.hip else 1)"; then
+        echo "setup: ROCm torch without Triton; install pytorch-triton-rocm (never the CUDA 'triton' wheel)" >&2
+    else
+        extras="test,triton"  # the interpreter lane and the offline compile matrix need it
+    fi
+fi
+
+if "$PYTHON" -c "import spec_hal, pytest, hypothesis" 2>/dev/null && [ "$extras" = "test" ]; then
+    exit 0  # already installed (editable installs pick up source changes by themselves)
+fi
+"$PYTHON" -m pip install --quiet -e ".[$extras]"

@@ -1,0 +1,66 @@
+"""The ``spec-hal`` command: ``info``, ``conformance`` (and more subcommands as they land)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from .errors import BackendUnavailable
+
+
+def _info(args: argparse.Namespace) -> int:
+    from .explain import explain, explain_simulated
+
+    try:
+        if args.simulate:
+            print(explain_simulated(args.simulate))
+        else:
+            print(explain(args.backend))
+    except BackendUnavailable as exc:
+        print(f"spec-hal info: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    from .conformance.runner import run_conformance
+
+    return run_conformance(
+        backend=args.backend,
+        quick=args.quick,
+        report=args.report,
+        junitxml=args.junitxml,
+        xfail=args.xfail,
+        select=args.k,
+        extra=args.pytest_args,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spec-hal", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    info = commands.add_parser("info", help="what backend this machine gets, and why")
+    info.add_argument("--backend", help="explain this backend instead of the auto-selected one")
+    info.add_argument("--simulate", metavar="MACHINE", help="probe a simulated machine (h100, mi300x, mi355x, cpu, cpu-no-triton)")
+    info.set_defaults(run=_info)
+
+    conformance = commands.add_parser("conformance", help="run the conformance suite against a backend")
+    conformance.add_argument("--backend", help="backend to test (default: the auto-selected one)")
+    conformance.add_argument("--quick", action="store_true", help="a smaller grid of sizes (minutes, not tens)")
+    conformance.add_argument("--report", metavar="FILE", help="write the JSON report here")
+    conformance.add_argument("--junitxml", metavar="FILE", help="write a JUnit XML report here")
+    conformance.add_argument("--xfail", metavar="FILE", help="TOML manifest of expected failures")
+    conformance.add_argument("-k", metavar="EXPR", help="only cases matching this pytest -k expression")
+    conformance.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest (after --)")
+    conformance.set_defaults(run=_conformance)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Conformance cases, one module per op family (``test_<family>.py``)."""

@@ -1,0 +1,82 @@
+"""Family ``topk``: the draft step's postprocess, logits to (probabilities, ids). P1/P3.
+
+Semantics (identical on every backend; integers bit-exact):
+
+* Logits are converted to float32 first. NaN counts as -inf and +inf as the largest finite
+  float32, so every row has a well-defined order and every id is in [0, V).
+* Ids are the k largest values in descending order; equal values go to the lower id first
+  (a stable order: value descending, then id ascending).
+* ``probs[b, j] = exp(x[b, id_j] - M_b) / sum_v exp(x[b, v] - M_b)`` with ``M_b`` the row max,
+  accumulated in float32. For k = 1 this is ``1 / sum exp(x - max)``, the exact top-1
+  probability (never a hard-coded 1.0: upstream bug 3). A row whose max is -inf (all -inf/NaN)
+  has probabilities 0 and ids 0..k-1.
+* ``token_map`` (V,) maps draft-vocabulary ids to target ids (EAGLE-3 d2t, hot-token maps);
+  it is applied after ranking.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import checks
+from .registry import register_op
+
+MAX_TOPK = 64
+FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def check_draft_topk(logits, k, *, token_map=None, out=None) -> None:
+    checks.tensor("logits", logits, ndim=2, dtypes=checks.FLOAT_DTYPES)
+    vocab = logits.shape[1]
+    if vocab == 0:
+        raise checks.InvalidInput("logits", "at least one column (V >= 1)", f"shape {tuple(logits.shape)}")
+    checks.integer("k", k, low=1, high=min(vocab, MAX_TOPK))
+    if token_map is not None:
+        checks.tensor("token_map", token_map, ndim=1, dtypes=checks.INDEX_DTYPES, device=logits.device, shape=(vocab,))
+    rows = logits.shape[0]
+    checks.out_tensors("out", out, [((rows, k), torch.float32), ((rows, k), torch.int64)], logits.device)
+
+
+def sanitize_logits(logits: torch.Tensor) -> torch.Tensor:
+    """float32 copy with NaN -> -inf and +inf -> FLT_MAX (the order every backend ranks by)."""
+    values = logits.to(torch.float32)
+    return torch.nan_to_num(values, nan=float("-inf"), posinf=FLOAT32_MAX, neginf=float("-inf"))
+
+
+@register_op("draft_topk", family="topk", check=check_draft_topk)
+def draft_topk(
+    logits: torch.Tensor,
+    k: int,
+    *,
+    token_map: Optional[torch.Tensor] = None,
+    out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k draft tokens with their exact softmax probabilities.
+
+    Args:
+        logits: (bs, V) float32/bfloat16/float16/float64 draft logits; any strides.
+        k: number of candidates per row, 1 <= k <= min(V, 64).
+        token_map: optional (V,) int32/int64 map from draft ids to target ids.
+        out: optional (probs (bs, k) float32, ids (bs, k) int64) contiguous buffers to write.
+
+    Returns:
+        probs (bs, k) float32 and ids (bs, k) int64, descending by probability, ties to the
+        lower id, ids in [0, V) (or their token_map images).
+    """
+    values = sanitize_logits(logits)
+    # A stable descending sort keeps equal values in ascending id order: ties go to the lower id.
+    sorted_values, order = torch.sort(values, dim=1, descending=True, stable=True)
+    top_values, ids = sorted_values[:, :k], order[:, :k]
+    row_max = sorted_values[:, :1]
+    finite_row = row_max > float("-inf")
+    shifted = torch.where(finite_row, values - row_max, torch.full_like(values, float("-inf")))
+    denominator = torch.exp(shifted).sum(dim=1, keepdim=True)
+    probs = torch.where(finite_row, torch.exp(top_values - row_max) / denominator, torch.zeros_like(top_values))
+    if token_map is not None:
+        ids = token_map.to(torch.int64)[ids]
+    if out is None:
+        return probs, ids
+    out[0].copy_(probs)
+    out[1].copy_(ids)
+    return out[0], out[1]

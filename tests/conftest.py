@@ -1,0 +1,12 @@
+import pytest
+
+import spec_hal.selection
+
+
+@pytest.fixture(autouse=True)
+def fresh_selection(monkeypatch):
+    """Each test starts with no cached backends and no SPEC_HAL_BACKEND from the environment."""
+    monkeypatch.delenv("SPEC_HAL_BACKEND", raising=False)
+    spec_hal.selection.reset()
+    yield
+    spec_hal.selection.reset()
