@@ -60,7 +60,7 @@ def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30) -> float:
 def maybe_compile(fn: Callable, device: torch.device) -> Optional[Callable]:
     """``torch.compile`` of a reference function, or None where it cannot run here."""
     try:
-        compiled = torch.compile(fn, dynamic=False)
+        compiled = torch.compile(fn)
         return compiled
     except Exception:
         return None
