@@ -9,6 +9,36 @@ from __future__ import annotations
 
 from .errors import BackendUnavailable, GraphStateError, InvalidInput, SpecHalError, UnsupportedOnBackend
 
+
+def _map_source_checkout_subpackages() -> None:
+    """Make ``spec_hal.backends`` and ``spec_hal.kernels`` importable from a source checkout.
+
+    Installed, they are the top-level folders ``backends/`` and ``kernels/`` mapped into the
+    package by setuptools' ``package-dir``. Run from a checkout through ``PYTHONPATH`` or a legacy
+    (``setup.py develop``) editable install, that mapping does not exist, so point the two names
+    at the folders beside this package. Only file-system checks happen here; no device work.
+    """
+    import importlib.util
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name in ("backends", "kernels"):
+        folder = os.path.join(root, name)
+        if f"{__name__}.{name}" in sys.modules or not os.path.isfile(os.path.join(folder, "__init__.py")):
+            continue
+        if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            continue
+        spec = importlib.util.spec_from_file_location(
+            f"{__name__}.{name}", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+
+
+_map_source_checkout_subpackages()
+
 __version__ = "0.1.0"
 
 _LAZY = {
