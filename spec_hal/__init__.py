@@ -35,6 +35,7 @@ def _map_source_checkout_subpackages() -> None:
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
+        globals()[name] = module
 
 
 _map_source_checkout_subpackages()
