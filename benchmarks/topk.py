@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).parent.parent))  # run from a checkout without installing
 from harness import common_arguments, copy_bandwidth, fmt_ratio, fmt_us, header, maybe_compile, median_time_s, time_or_none  # noqa: E402
 
 import spec_hal  # noqa: E402

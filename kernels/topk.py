@@ -6,7 +6,8 @@ its k best (value, id) pairs. Splitting every row into tiles is what keeps a sma
 running one row per program: at bs = 1 and V = 151,936 that is 38-75 programs, not 1.
 
 Launch 2 (grid: rows) merges a row's tiles: ``M = max m``, ``Z = sum s * exp(m - M)`` (the
-online-softmax normaliser), the k best of the tiles' candidates, ``p = exp(v - M) / Z``. For k = 1
+online-softmax normaliser), the k best of the tiles' sorted candidate lists by a k-way merge,
+``p = exp(v - M) / Z``. For k = 1
 this is ``1 / Z``, the exact top-1 probability, without materialising a softmax.
 
 Ranking is by (value descending, id ascending): pass j selects the best element strictly after
@@ -26,7 +27,7 @@ from spec_hal.topk import MAX_TOPK
 
 from .launch import KernelTarget
 
-NO_ID = 2**31 - 1  # id of an empty candidate slot; ranks after every real id on ties
+NO_ID = tl.constexpr(2**31 - 1)  # id of an empty candidate slot; ranks after every real id on ties
 
 
 @triton.jit
@@ -92,7 +93,6 @@ def _merge_tiles_kernel(
     ids_ptr,
     num_tiles,
     K: tl.constexpr,
-    K_PAD: tl.constexpr,
     TILES: tl.constexpr,
     HAS_TOKEN_MAP: tl.constexpr,
 ):
@@ -109,27 +109,25 @@ def _merge_tiles_kernel(
     # An all -inf row has no normaliser; 1.0 keeps the (discarded) division finite.
     normaliser = tl.where(row_finite, tl.sum(tile_sum * scale, axis=0), 1.0)
 
-    # Candidates are stored (tile, K); read them as a flat list of TILES * K_PAD slots.
-    kk = tl.arange(0, K_PAD)
-    slot_ok = tile_ok[:, None] & (kk[None, :] < K)
-    offsets = (base + tiles[:, None]) * K + kk[None, :]
-    cand_values = tl.reshape(tl.load(cand_value_ptr + offsets, mask=slot_ok, other=float("-inf")), (TILES * K_PAD,))
-    cand_ids = tl.reshape(tl.load(cand_id_ptr + offsets, mask=slot_ok, other=NO_ID), (TILES * K_PAD,))
-    # An empty slot (padding, or a tile narrower than K) holds NO_ID and is never eligible.
-    eligible = cand_ids != NO_ID
-
-    prev_value = float("inf")
-    prev_id = -1
+    # k-way merge: each tile's candidates are already sorted, so pass j compares only the tiles'
+    # current heads and advances the winning tile. Ids are unique across tiles, so exactly one
+    # head matches the winner. Empty slots (NO_ID, -inf) sort after every real candidate and a
+    # row holds at least k real ones, so they are never emitted.
+    head = tl.zeros([TILES], dtype=tl.int32)
     for j in tl.static_range(K):
-        best_value, best_id = _next_best(cand_values, cand_ids, prev_value, prev_id, eligible)
+        offsets = (base + tiles) * K + head
+        readable = tile_ok & (head < K)
+        head_values = tl.load(cand_value_ptr + offsets, mask=readable, other=float("-inf"))
+        head_ids = tl.load(cand_id_ptr + offsets, mask=readable, other=NO_ID)
+        best_value = tl.max(head_values, axis=0)
+        best_id = tl.min(tl.where(head_values == best_value, head_ids, NO_ID), axis=0)
+        head += (head_ids == best_id).to(tl.int32)
         prob = tl.where(row_finite, tl.exp(best_value - safe_row_max) / normaliser, 0.0)
         out_id = best_id.to(tl.int64)
         if HAS_TOKEN_MAP:
             out_id = tl.load(token_map_ptr + out_id).to(tl.int64)
         tl.store(probs_ptr + row.to(tl.int64) * K + j, prob)
         tl.store(ids_ptr + row.to(tl.int64) * K + j, out_id)
-        prev_value = best_value
-        prev_id = best_id
 
 
 @dataclass(frozen=True)
@@ -191,7 +189,7 @@ def draft_topk(
         tile_max, tile_sum, cand_values, cand_ids,
         token_map if token_map is not None else tile_max,  # placeholder pointer, never read
         out[0], out[1], num_tiles,
-        K=k, K_PAD=_padded(k), TILES=_padded(num_tiles), HAS_TOKEN_MAP=token_map is not None,
+        K=k, TILES=_padded(num_tiles), HAS_TOKEN_MAP=token_map is not None,
         num_warps=config.merge_warps,
     )
     return out[0], out[1]
@@ -203,32 +201,28 @@ _LOGIT_TYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 
 
 def compile_specs(target: KernelTarget):
-    """Every (kernel, signature, constexprs, num_warps) the host function launches on ``target``."""
-    specs = []
+    """Every distinct (kernel, signature, constexprs, num_warps) the host function launches on
+    ``target``: each launch config, each logits dtype, and the smallest and largest k (k only
+    sets how many selection passes are unrolled, so these bound register use)."""
+    specs = {}
     for rows, vocab in ((1, 151936), (256, 151936), (1, 127)):
         config = launch_config(target, rows, vocab)
         tiles = _padded(triton.cdiv(vocab, config.block))
-        for k in (1, 4, 8, 10, MAX_TOPK):
+        for k in (1, MAX_TOPK):
             for logit_type in _LOGIT_TYPES:
-                specs.append((
-                    _tile_topk_kernel,
-                    {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
-                     "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_value_ptr": "*fp32",
-                     "cand_id_ptr": "*i32", "num_tiles": "i32", "K": "constexpr", "BLOCK": "constexpr"},
-                    {"K": k, "BLOCK": config.block},
-                    config.tile_warps,
-                ))
+                signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
+                             "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_value_ptr": "*fp32",
+                             "cand_id_ptr": "*i32", "num_tiles": "i32", "K": "constexpr", "BLOCK": "constexpr"}
+                constexprs = {"K": k, "BLOCK": config.block}
+                specs[("tile", logit_type, k, config.block, config.tile_warps)] = (_tile_topk_kernel, signature, constexprs, config.tile_warps)
             for map_type in ("i32", "i64"):
-                specs.append((
-                    _merge_tiles_kernel,
-                    {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_value_ptr": "*fp32",
-                     "cand_id_ptr": "*i32", "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
-                     "ids_ptr": "*i64", "num_tiles": "i32", "K": "constexpr", "K_PAD": "constexpr", "TILES": "constexpr",
-                     "HAS_TOKEN_MAP": "constexpr"},
-                    {"K": k, "K_PAD": _padded(k), "TILES": tiles, "HAS_TOKEN_MAP": True},
-                    config.merge_warps,
-                ))
-    return specs
+                signature = {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_value_ptr": "*fp32",
+                             "cand_id_ptr": "*i32", "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
+                             "ids_ptr": "*i64", "num_tiles": "i32", "K": "constexpr", "TILES": "constexpr",
+                             "HAS_TOKEN_MAP": "constexpr"}
+                constexprs = {"K": k, "TILES": tiles, "HAS_TOKEN_MAP": True}
+                specs[("merge", map_type, k, tiles, config.merge_warps)] = (_merge_tiles_kernel, signature, constexprs, config.merge_warps)
+    return list(specs.values())
 
 
 def describe_launch(target: KernelTarget) -> list[str]:

@@ -65,11 +65,14 @@ __all__ = [
 
 def __getattr__(name: str):
     import importlib
+    import importlib.util
 
     if name in _LAZY:
         module, attribute = _LAZY[name]
         return getattr(importlib.import_module(module), attribute)
-    if name.startswith("_"):
+    if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # A submodule not imported yet: let the import system load it (``from spec_hal import
+        # tree`` asks here first, and must not trigger the import of every family).
         raise AttributeError(name)
     from .ops import dispatcher
     from .registry import all_ops

@@ -22,7 +22,7 @@ import torch
 from . import checks
 from .registry import register_op
 
-MAX_TOPK = 64
+MAX_TOPK = 16
 FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
@@ -56,7 +56,7 @@ def draft_topk(
 
     Args:
         logits: (bs, V) float32/bfloat16/float16/float64 draft logits; any strides.
-        k: number of candidates per row, 1 <= k <= min(V, 64).
+        k: number of candidates per row, 1 <= k <= min(V, MAX_TOPK = 16).
         token_map: optional (V,) int32/int64 map from draft ids to target ids.
         out: optional (probs (bs, k) float32, ids (bs, k) int64) contiguous buffers to write.
 

@@ -128,7 +128,7 @@ def _invalid_calls(device):
         ("k", lambda b: b.draft_topk(logits, 0)),
         ("k", lambda b: b.draft_topk(logits, 11)),
         ("k", lambda b: b.draft_topk(logits, 2.0)),
-        ("k", lambda b: b.draft_topk(torch.zeros(2, 100, device=device), 65)),
+        ("k", lambda b: b.draft_topk(torch.zeros(2, 100, device=device), 17)),
         ("token_map", lambda b: b.draft_topk(logits, 1, token_map=torch.zeros(9, dtype=torch.int64, device=device))),
         ("token_map", lambda b: b.draft_topk(logits, 1, token_map=torch.zeros(10, device=device))),
         ("token_map", lambda b: b.draft_topk(logits, 1, token_map=torch.zeros(10, dtype=torch.int64, device=other_device))),
@@ -144,3 +144,14 @@ def test_draft_topk_rejects_bad_input(backend, case):
     with pytest.raises(InvalidInput) as error:
         call(backend)
     assert error.value.argument == argument
+
+
+def test_draft_topk_largest_k(backend):
+    """k = MAX_TOPK, with a vocabulary split into many tiles."""
+    from spec_hal.topk import MAX_TOPK
+
+    logits_cpu = logits_rows(8, 151936, seed=16)
+    probs, ids = _run_guarded(backend, embedded_input(logits_cpu, backend.device, margin_value=3.0e4), MAX_TOPK)
+    expected_probs, expected_ids = reference_draft_topk(logits_cpu, MAX_TOPK)
+    assert torch.equal(ids, expected_ids)
+    assert_close("draft_topk", "probs", probs, expected_probs, input_dtype=torch.float32)
