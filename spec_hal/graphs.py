@@ -56,8 +56,9 @@ Modes and fallback
 ``mode`` is "cuda_graph", "hip_graph" or "eager", from :func:`spec_hal.capabilities.graph_support`
 (which proves capture on the device with a tiny graph). CPU tensors (the ``cpu`` and
 ``triton-interpret`` backends) always run the eager emulation. The emulation has exactly the
-graph semantics: ``fn`` always runs on the padded static buffers of the bucket, outputs are
-sliced and cloned, mutable inputs are written back, so a test of a graph bug fails in CI too.
+graph semantics: ``fn`` always runs on the padded static buffers of the bucket, its outputs are
+copied into per-bucket static outputs that the next run overwrites (as a replay would), then
+sliced and cloned, and mutable inputs are written back, so a test of a graph bug fails in CI too.
 If capture fails on a device that supports it (``fn`` syncs the host, allocates in a way the
 runtime forbids, HIP capture defects), the runner warns (:class:`GraphCaptureWarning`), drops
 every captured graph, and runs the emulation; ``mode`` says "eager", ``fallback_reason`` says
@@ -320,8 +321,11 @@ class GraphRunner:
         return outputs
 
     def _prepare_eager(self) -> None:
+        """The emulation's "capture": a guarded warm-up per bucket, whose outputs (cloned, as
+        they may alias a static input) become the bucket's static outputs."""
         for bucket in reversed(self.batch_sizes):
-            self._warm_up(bucket, lambda: self._fn(**self._views(bucket)))
+            outputs = self._warm_up(bucket, lambda: self._fn(**self._views(bucket)))
+            self._static_outputs[bucket] = [tensor.clone() for tensor in _flatten_outputs(outputs, bucket, self.device)[1]]
 
     def _capture_or_fall_back(self) -> None:
         try:
@@ -366,18 +370,34 @@ class GraphRunner:
         if batch == 0:
             return self._empty_outputs()
         bucket = self.batch_sizes[bisect.bisect_left(self.batch_sizes, batch)]
+        self._load(inputs, batch=batch, bucket=bucket)
+        self._launch(bucket)
+        self.replays[bucket] += 1
+        self._write_back(inputs, batch=batch)
+        return _unflatten_outputs(self._output_spec, [output[:batch].clone() for output in self._static_outputs[bucket]])
+
+    def _load(self, inputs: Mapping[str, torch.Tensor], *, batch: int, bucket: int) -> None:
+        """Copy the real rows into the static buffers and refill the padding rows."""
         for name, buffer in self.static_inputs.items():
             buffer[:batch].copy_(inputs[name])
         self._fill_padding(batch, bucket)
-        if self.mode == "eager":
-            spec, outputs = _flatten_outputs(self._fn(**self._views(bucket)), bucket, self.device)
-        else:
+
+    def _launch(self, bucket: int) -> None:
+        """Replay the bucket's graph, or emulate it: run fn on the static views and copy its
+        outputs into the bucket's static outputs, which the next run overwrites as a replay would."""
+        if self.mode != "eager":
             self._graphs[bucket].replay()
-            spec, outputs = self._output_spec, self._static_outputs[bucket]
-        self.replays[bucket] += 1
+            return
+        spec, outputs = _flatten_outputs(self._fn(**self._views(bucket)), bucket, self.device)
+        if spec != self._output_spec:
+            raise InvalidInput("fn", f"the output structure recorded at warm-up ({self._output_spec})", spec)
+        for static, fresh in zip(self._static_outputs[bucket], outputs):
+            static.copy_(fresh)
+
+    def _write_back(self, inputs: Mapping[str, torch.Tensor], *, batch: int) -> None:
+        """Mutable inputs: the caller's rows receive the state fn wrote into the static buffer."""
         for name in self.mutable:
             inputs[name].copy_(self.static_inputs[name][:batch])
-        return _unflatten_outputs(spec, [output[:batch].clone() for output in outputs])
 
     def _empty_outputs(self) -> object:
         spec = self._output_spec
