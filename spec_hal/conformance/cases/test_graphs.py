@@ -220,7 +220,7 @@ def test_graph_batch_size_zero_and_limits(backend):
     assert error.value.argument == "batch size"
 
 
-def test_graph_rejects_bad_run_inputs(backend):
+def test_graph_run_validates_inputs(backend):
     runner = _make_runner(backend, ToyDraftModel(backend.device, seed=41), buckets=(2,))
     good = {name: value.to(backend.device) for name, value in _batch(2, seed=3).items()}
     cases = [
