@@ -50,6 +50,8 @@ _LAZY = {
     "available_backends": ("spec_hal.selection", "available_backends"),
     "explain": ("spec_hal.explain", "explain"),
     "Backend": ("spec_hal.backend", "Backend"),
+    "GraphRunner": ("spec_hal.graphs", "GraphRunner"),
+    "GraphCaptureWarning": ("spec_hal.graphs", "GraphCaptureWarning"),
 }
 
 __all__ = [
