@@ -29,6 +29,9 @@ __all__ = [
     "UnsupportedOnBackend",
     *_LAZY,
     "draft_topk",
+    "mamba_commit_steps",
+    "scatter_mamba_state",
+    "commit_mamba_state",
 ]
 
 
