@@ -244,18 +244,19 @@ def compile_specs(target: KernelTarget):
     """Every (kernel, signature, constexprs, num_warps) the host functions launch on ``target``."""
     specs = []
     for state_type, element_size in _STATE_TYPES.items():
-        for state_numel in (32 * 128 * 128, 8192 * 3, 100):
+        # a large state (the widest tile) with every index variant, a small one, int32 strides
+        variants = [(32 * 128 * 128, index, "i64") for index in _INDEX_VARIANTS]
+        variants += [(100, _INDEX_VARIANTS[0], "i64"), (8192 * 3, _INDEX_VARIANTS[3], "i32")]
+        for state_numel, (slots_type, steps_type, rows_type), stride_type in variants:
             block, warps = scatter_config(target, element_size, state_numel)
-            for slots_type, steps_type, rows_type in _INDEX_VARIANTS:
-                for stride_type in ("i32", "i64"):
-                    signature = {"dst_ptr": f"*{state_type}", "src_ptr": f"*{state_type}", "dst_slots_ptr": slots_type,
-                                 "src_steps_ptr": steps_type, "src_rows_ptr": rows_type or slots_type}
-                    signature.update({name: stride_type for name in (
-                        "dst_stride_layer", "dst_stride_slot", "src_stride_layer", "src_stride_row", "src_stride_step")})
-                    signature.update({name: "i32" for name in (
-                        "num_slots", "num_steps", "num_rows", "state_numel", "tiles_per_state", "first_request")})
-                    signature.update({"HAS_ROWS": "constexpr", "BLOCK": "constexpr"})
-                    specs.append((_scatter_state_kernel, signature, {"HAS_ROWS": rows_type is not None, "BLOCK": block}, warps))
+            signature = {"dst_ptr": f"*{state_type}", "src_ptr": f"*{state_type}", "dst_slots_ptr": slots_type,
+                         "src_steps_ptr": steps_type, "src_rows_ptr": rows_type or slots_type}
+            signature.update({name: stride_type for name in (
+                "dst_stride_layer", "dst_stride_slot", "src_stride_layer", "src_stride_row", "src_stride_step")})
+            signature.update({name: "i32" for name in (
+                "num_slots", "num_steps", "num_rows", "state_numel", "tiles_per_state", "first_request")})
+            signature.update({"HAS_ROWS": "constexpr", "BLOCK": "constexpr"})
+            specs.append((_scatter_state_kernel, signature, {"HAS_ROWS": rows_type is not None, "BLOCK": block}, warps))
     for index_type in ("*i32", "*i64"):
         for has_track in (False, True):
             for for_commit in (False, True):

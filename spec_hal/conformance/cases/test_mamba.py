@@ -217,12 +217,12 @@ def test_commit_tree_commits_last_accepted_node(backend):
     verdict = verdict_from_paths(TREE_PATHS, num_steps=2, num_nodes=4)
     kwargs = dict(verdict=verdict, seq_lens=torch.tensor([10, 20]), slots=torch.tensor([5, 2]))
     result, pools = _run_commit(backend, kwargs, _marker_states(2, 4, 6))
-    assert result.last_step.cpu().tolist() == [1, 3]
     for name in ("ssm_state", "conv_state"):
         assert (pools[name][:, 5].float() == 100 * 0 + 1 + 1).all(), f"{name}: request 0 must hold node 1's state"
         assert (pools[name][:, 2].float() == 100 * 1 + 3 + 1).all(), f"{name}: request 1 must hold node 3's state (not node 2's)"
         untouched = [slot for slot in range(6) if slot not in (2, 5)]
         assert (pools[name][:, untouched] == 0).all()
+    assert result.last_step.cpu().tolist() == [1, 3]
 
 
 @pytest.mark.spec_hal_op("mamba_commit_steps")
