@@ -62,6 +62,9 @@ __all__ = [
     "UnsupportedOnBackend",
     *_LAZY,
     "draft_topk",
+    "mamba_commit_steps",
+    "scatter_mamba_state",
+    "commit_mamba_state",
 ]
 
 
