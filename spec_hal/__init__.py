@@ -29,6 +29,10 @@ __all__ = [
     "UnsupportedOnBackend",
     *_LAZY,
     "draft_topk",
+    "verify_greedy",
+    "verify_sampling",
+    "verify_chain",
+    "verify_chain_sampling",
 ]
 
 
