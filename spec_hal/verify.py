@@ -353,9 +353,10 @@ def verify_sampling(
 
     path, num_correct, last = _walk(tree, accept_child)
     final_row = probs[rows, last]
-    removed = torch.zeros(bs, vocab, dtype=torch.bool, device=cand.device)
-    removed.scatter_(1, cand.clamp(0, vocab - 1), state["rejected"] & in_vocab)
-    residual = torch.where(removed, torch.zeros_like(final_row), final_row)
+    # scatter_add, not scatter: a token may sit on a rejected and on an unscanned node.
+    removed = torch.zeros(bs, vocab, dtype=torch.int64, device=cand.device)
+    removed.scatter_add_(1, cand.clamp(0, vocab - 1), (state["rejected"] & in_vocab).to(torch.int64))
+    residual = torch.where(removed > 0, torch.zeros_like(final_row), final_row)
     final = sample_final(residual, final_row, sanitize_coins(final_coins))
     next_tokens = _next_tokens(path, cand, last, final, nodes)
     return _verdict(path, num_correct, next_tokens, nodes, out)
