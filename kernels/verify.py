@@ -27,12 +27,15 @@ import triton
 import triton.language as tl
 
 from spec_hal.types import DraftTree, Verdict
-from spec_hal.verify import COIN_MAX, QUANT_SCALE
+import spec_hal.verify as semantics
 
 from .launch import KernelTarget
 
-NO_ID = 2**31 - 1
-FLT_MAX = 3.4028234663852886e38
+# Globals read inside kernels must be constexpr.
+NO_ID = tl.constexpr(2**31 - 1)
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
+COIN_MAX = tl.constexpr(semantics.COIN_MAX)
+QUANT_SCALE = tl.constexpr(semantics.QUANT_SCALE)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -500,3 +503,68 @@ PROVIDERS = {
     "verify_chain": (verify_chain, "kernels/verify.py: tile argmax (logits only) + prefix match"),
     "verify_chain_sampling": (verify_chain_sampling, "kernels/verify.py: rejection test + one-pass exact residual sampling"),
 }
+
+
+# ----------------------------------------------------------------------------------------------
+# offline compilation and launch descriptions
+
+_LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
+_SHAPES = ((1, 4, 32000), (64, 8, 151936), (256, 32, 151936), (3, 6, 8))  # (bs, N, V)
+
+
+def compile_specs(target: KernelTarget):
+    """Every (kernel, signature, constexprs, num_warps) the host functions launch on ``target``."""
+    specs = []
+    walk_links = {"next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64"}
+    verdict = {"predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32"}
+    for bs, nodes, vocab in _SHAPES:
+        steps = min(nodes - 1, 5)
+        argmax = argmax_launch(target, bs * nodes, vocab)
+        tiles = _pow2(triton.cdiv(vocab, argmax.block))
+        for logit_type in _LOGIT_TYPES:
+            specs.append((_argmax_tile_kernel,
+                          {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
+                           "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "BLOCK": "constexpr"},
+                          {"BLOCK": argmax.block}, argmax.warps))
+        walk = walk_launch(target, bs, nodes)
+        for from_logits, target_type in ((True, "*fp32"), (False, "*i64"), (False, "*i32")):
+            specs.append((_greedy_walk_kernel,
+                          {**walk_links, "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
+                           **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr",
+                           "W_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
+                          {"BLOCK_R": walk.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILES_PAD": tiles, "FROM_LOGITS": from_logits},
+                          walk.warps))
+            specs.append((_chain_greedy_kernel,
+                          {"cand_ptr": "*i64", "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
+                           "num_correct_ptr": "*i32", "bonus_ptr": "*i64", "bs": "i32", "width": "i32", "BLOCK_R": "constexpr",
+                           "B_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
+                          {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": tiles, "FROM_LOGITS": from_logits}, walk.warps))
+        sampling = walk_launch(target, bs, nodes, vocab)
+        blocks = _pow2(triton.cdiv(vocab, sampling.block_v))
+        specs.append((_sampling_walk_kernel,
+                      {**walk_links, "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64",
+                       "coins_ptr": "*fp32", "final_coins_ptr": "*fp32", "threshold_single": "fp32", "threshold_acc": "fp32",
+                       **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
+                       "N_PAD": "constexpr", "W_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
+                      {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
+                      sampling.warps))
+        specs.append((_chain_sampling_kernel,
+                      {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
+                       "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
+                       "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
+                       "N_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
+                      {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
+                      sampling.warps))
+    return specs
+
+
+def describe_launch(target: KernelTarget) -> list[str]:
+    lines = []
+    for bs, nodes, vocab in _SHAPES[:3]:
+        argmax = argmax_launch(target, bs * nodes, vocab)
+        walk = walk_launch(target, bs, nodes)
+        sampling = walk_launch(target, bs, nodes, vocab)
+        lines.append(f"verify bs={bs} N={nodes} V={vocab}: argmax BLOCK={argmax.block} x {triton.cdiv(vocab, argmax.block)} tiles/row, "
+                     f"{argmax.warps} warps; walk {walk.requests} req/program, {walk.warps} warps; sampling scan BLOCK_V={sampling.block_v}, "
+                     f"{sampling.warps} warps x {target.warp_size} lanes")
+    return lines
