@@ -53,7 +53,6 @@ import torch
 
 from . import checks
 from .registry import register_op
-from .topk import sanitize_logits
 from .types import DraftTree, Verdict
 
 # Residual entries are quantised to multiples of 2^-40: sums are exact int64 (< 2^63 for V < 2^23).
@@ -255,6 +254,11 @@ def _verdict(path, num_correct, next_tokens, nodes: int, out: Optional[Verdict])
 def target_tokens(target_predict: torch.Tensor, bs: int, nodes: int) -> torch.Tensor:
     """The target's token per node (bs, N) int64: ids as given, or the argmax of logits."""
     if target_predict.dtype.is_floating_point:
+        # Imported here: importing spec_hal.topk at module level is circular when topk is
+        # imported first (its `from . import checks` runs spec_hal.__getattr__, which imports
+        # every family module).
+        from .topk import sanitize_logits
+
         return sanitize_logits(target_predict).argmax(dim=1).reshape(bs, nodes)
     return target_predict.reshape(bs, nodes).to(torch.int64)
 

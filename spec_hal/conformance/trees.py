@@ -94,3 +94,12 @@ def golden_tree() -> tuple[DraftTree, torch.Tensor]:
     tree = DraftTree(candidates.reshape(-1), torch.zeros(12, dtype=torch.int64), torch.arange(12).reshape(2, 6),
                      next_token, next_sibling, None, "qlen", 3)
     return tree, candidates
+
+
+def replicate(tree: DraftTree, bs: int) -> DraftTree:
+    """A one-request tree repeated for ``bs`` requests (fast for statistical batches)."""
+    nodes = tree.num_nodes
+    mask = tree.mask.expand(bs, nodes, nodes).contiguous() if tree.mask is not None else None
+    return DraftTree(tree.tokens.repeat(bs), tree.positions.repeat(bs), torch.arange(bs * nodes, dtype=torch.int64).reshape(bs, nodes),
+                     tree.retrieve_next_token.expand(bs, nodes).contiguous(), tree.retrieve_next_sibling.expand(bs, nodes).contiguous(),
+                     mask, tree.mask_mode, tree.num_steps)
