@@ -369,11 +369,13 @@ def argmax_launch(target: KernelTarget, rows: int, vocab: int) -> ArgmaxLaunch:
 
 def walk_launch(target: KernelTarget, bs: int, nodes: int, vocab: int = 0) -> WalkLaunch:
     """One request per program on a GPU (one warp/wave for the register walk; the sampling scan
-    uses 256 threads over a 1024-wide vocabulary block). The interpreter batches up to 1024
+    uses 256 threads over a 1024-wide vocabulary block). The interpreter batches thousands of
     requests per program so that large batches stay vectorised."""
     if target.vendor == "interpreter":
-        requests = min(_pow2(bs), 1024)
-        block_v = min(max(triton.next_power_of_2(max(vocab, 1)), 16), max(16, 65536 // requests))
+        # The interpreter caps a tensor at 2^20 elements; the largest here is the final-token
+        # block's (requests, BLOCK_V, N_PAD) comparison with the rejected tokens.
+        requests = min(_pow2(bs), 32768 // _pow2(nodes))
+        block_v = max(16, min(triton.next_power_of_2(max(vocab, 1)), 2**19 // (requests * _pow2(nodes))))
         return WalkLaunch(requests=requests, warps=1, block_v=block_v)
     block_v = max(1024, triton.next_power_of_2(triton.cdiv(max(vocab, 1), 256)))
     warps = (256 if vocab else 32 * max(1, _pow2(nodes) // 32)) // target.warp_size
