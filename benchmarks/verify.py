@@ -1,7 +1,10 @@
 """Benchmark of family verify: verify_greedy over target logits (fused argmax) and
 verify_sampling, against the torch reference and torch.compile of it, in the same run.
 
-    python benchmarks/verify.py [--quick] [--no-compile] [--backend NAME]
+    python benchmarks/verify.py [--quick] [--no-compile] [--backend NAME] [--batches 1 64] [--nodes 4 8] [--vocabs 32000]
+
+torch.compile of the reference unrolls its S * N walk steps and compiles each shape anew (about
+a minute per shape); split the full grid with --batches / --nodes / --vocabs, or --no-compile.
 
 Bytes counted: verify_greedy reads the bs*N*V logits once (everything else is < 0.1%);
 verify_sampling reads one target row per request for the final token (plus N gathered
@@ -49,10 +52,19 @@ def _row(name, bs, nodes, vocab, seconds, nbytes, copy_bw, ref_s, compiled_s):
 def main() -> None:
     parser = harness.common_arguments(__doc__)
     parser.add_argument("--backend", default=None, help="backend to time (default: auto-selected for --device)")
+    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="subset of batch sizes (split long runs)")
+    parser.add_argument("--nodes", type=int, nargs="+", default=[nodes for nodes, _ in TREES], help="subset of N in 4 8 32")
+    parser.add_argument("--vocabs", type=int, nargs="+", default=list(VOCABS))
     args = parser.parse_args()
+    # The reference unrolls S * N walk steps; every shape is its own compile. Without a higher
+    # limit dynamo would silently fall back to eager after 8 shapes and the baseline would lie.
+    for knob in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 256)
     device = torch.device(args.device)
     backend = spec_hal.get_backend(args.backend, device=device)
-    batches, trees, vocabs = ((1, 4), TREES[:2], (32000,)) if args.quick else (BATCHES, TREES, VOCABS)
+    trees = tuple(tree for tree in TREES if tree[0] in args.nodes)
+    batches, trees, vocabs = ((1, 4), TREES[:2], (32000,)) if args.quick else (tuple(args.batches), trees, tuple(args.vocabs))
     timing = {"warmup": 1, "repeat": 1, "trials": 1} if device.type == "cpu" else {}
     copy_bw = harness.copy_bandwidth(device) if device.type == "cuda" else 0.0
     print(harness.header("verify: verify_greedy (fused argmax over logits), verify_sampling", device,
