@@ -14,7 +14,11 @@ import importlib
 import os
 from typing import Optional
 
-KERNEL_MODULES = ("spec_hal.kernels.topk", "spec_hal.kernels.mamba")
+KERNEL_MODULES = (
+    "spec_hal.kernels.topk",
+    "spec_hal.kernels.mamba",
+    "spec_hal.kernels.verify",
+)
 
 _loaded_mode: Optional[str] = None
 

@@ -65,6 +65,10 @@ __all__ = [
     "mamba_commit_steps",
     "scatter_mamba_state",
     "commit_mamba_state",
+    "verify_greedy",
+    "verify_sampling",
+    "verify_chain",
+    "verify_chain_sampling",
 ]
 
 

@@ -16,7 +16,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 # Family modules, imported on first use of the registry (never at `import spec_hal`).
-FAMILY_MODULES = ("spec_hal.topk", "spec_hal.mamba")
+FAMILY_MODULES = (
+    "spec_hal.topk",
+    "spec_hal.mamba",
+    "spec_hal.verify",
+)
 
 
 @dataclass(frozen=True)

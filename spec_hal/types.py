@@ -61,7 +61,8 @@ class Verdict:
     """The result of verification (P6/P7/P8/P20).
 
     predict:      (bs*N,) int32  the target's token after each accepted node (the accepted
-                  drafts, then the bonus at the last accepted node); other rows unspecified.
+                  drafts, then the bonus at the last accepted node); -1 on every other row
+                  (so a read at a wrong stride yields an invalid id, not a plausible token).
     accept_index: (bs, S+1) int32 global node ids of the accepted path, root first, -1 padded.
     num_correct:  (bs,) int32  accepted draft tokens (0..S).
     accept_lens:  (bs,) int32  num_correct + 1 (tokens emitted this round, bonus included).

@@ -1,0 +1,572 @@
+"""Triton kernels of family ``verify``. Semantics (every rounding and fallback): spec_hal/verify.py.
+
+* ``_argmax_tile_kernel`` (grid: rows x tiles): the fused argmax over target logits reads each
+  logit once; every program reduces one ``BLOCK``-wide tile of one row to (max, lowest id of the
+  max). Splitting rows into tiles keeps bs = 1 from running one row per program.
+* ``_greedy_walk_kernel`` / ``_chain_greedy_kernel`` (grid: request blocks): merge the tiles of
+  a request's rows (or load given ids), then walk. A request's whole tree (links, candidates,
+  target tokens) is loaded into registers once; the walk itself does no memory access, so it is
+  S * N register steps, not a chain of dependent loads.
+* ``_sampling_walk_kernel`` / ``_chain_sampling_kernel`` (grid: request blocks): the walk loads
+  one gathered vector of N probabilities per level (the last accepted node's row at every
+  candidate token), then the final token is sampled in one pass over the row: per-block sums of
+  the quantised residual are kept in registers, the crossing block is found from their running
+  sum, and only that block is read again. Quantised int64 sums are exact, so the result is
+  bit-identical to the reference whatever the block size.
+
+``BLOCK_R`` requests share a program: 1 on a GPU (one program per request); under the interpreter
+many, so that a batch of 10^5 requests (the statistical test) is a few vectorised programs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from spec_hal.types import DraftTree, Verdict
+import spec_hal.verify as semantics
+
+from .launch import KernelTarget
+
+# Globals read inside kernels must be constexpr.
+NO_ID = tl.constexpr(2**31 - 1)
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
+COIN_MAX = tl.constexpr(semantics.COIN_MAX)
+QUANT_SCALE = tl.constexpr(semantics.QUANT_SCALE)
+
+
+# ----------------------------------------------------------------------------------------------
+# device helpers
+
+
+@triton.jit
+def _pick(matrix, index, lanes):
+    """matrix[r, index[r]] for a (R, L) register matrix; 0 where index matches no lane."""
+    return tl.sum(tl.where(lanes[None, :] == index[:, None], matrix, 0), axis=1)
+
+
+@triton.jit
+def _link(value, nodes):
+    """A tree link, or -1 when it is outside [1, N) (ends the list)."""
+    return tl.where((value >= 1) & (value < nodes), value, -1)
+
+
+@triton.jit
+def _sanitize_probs(p):
+    return tl.where(p > 0, tl.where(p < 1, p, 1.0), 0.0)
+
+
+@triton.jit
+def _sanitize_coins(c):
+    return tl.where(c > 0, tl.where(c < COIN_MAX, c, COIN_MAX), 0.0)
+
+
+@triton.jit
+def _quantize(p):
+    return (p * QUANT_SCALE).to(tl.int64)
+
+
+@triton.jit
+def _merge_argmax(tile_max_ptr, tile_id_ptr, rows, rows_ok, num_tiles, TILES_PAD: tl.constexpr):
+    """Argmax (lowest id of the max) of (R, L) logit rows from their tiles' (max, id)."""
+    tiles = tl.arange(0, TILES_PAD)
+    ok = rows_ok[:, :, None] & (tiles[None, None, :] < num_tiles)
+    offsets = rows[:, :, None] * num_tiles + tiles[None, None, :]
+    tile_max = tl.load(tile_max_ptr + offsets, mask=ok, other=float("-inf"))
+    tile_id = tl.load(tile_id_ptr + offsets, mask=ok, other=NO_ID)
+    row_max = tl.max(tile_max, axis=2)
+    best = tl.min(tl.where(ok & (tile_max == row_max[:, :, None]), tile_id, NO_ID), axis=2)
+    return best.to(tl.int64)
+
+
+@triton.jit
+def _sample_final(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, rejected_q, coin, vocab,
+                  BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr):
+    """The final token of each request (R,) int64: inverse-CDF of the quantised residual, else of
+    the target row, else 0. The residual is max(0, p - q) (HAS_Q; q read where use_q) or p with
+    the ``rejected`` tokens (R, L; -1 none) removed (HAS_REJECTED; their quantised p in rejected_q)."""
+    blocks = tl.arange(0, NB_PAD)
+    sums_p = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+    sums_r = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+    num_blocks = tl.cdiv(vocab, BLOCK_V)
+    for k in range(num_blocks):
+        cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
+        ok = req_ok[:, None] & (cols[None, :] < vocab)
+        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=ok, other=0.0))
+        here = blocks[None, :] == k
+        sums_p = tl.where(here, tl.sum(_quantize(p), axis=1)[:, None], sums_p)
+        if HAS_Q:
+            q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols[None, :].to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
+            diff = p - q
+            sums_r = tl.where(here, tl.sum(_quantize(tl.where(diff > 0, diff, 0.0)), axis=1)[:, None], sums_r)
+    if HAS_Q:
+        residual_sums = sums_r
+    elif HAS_REJECTED:
+        block_of = tl.where(rejected >= 0, rejected // BLOCK_V, -1)
+        removed = tl.sum(tl.where(block_of[:, None, :] == blocks[None, :, None], rejected_q[:, None, :], 0), axis=2)
+        residual_sums = sums_p - removed
+    else:
+        residual_sums = sums_p
+    total_r = tl.sum(residual_sums, axis=1)
+    total_p = tl.sum(sums_p, axis=1)
+    use_residual = total_r > 0
+    sums = tl.where(use_residual[:, None], residual_sums, sums_p)
+    total = tl.where(use_residual, total_r, total_p)
+    threshold = (coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64)
+    threshold = tl.minimum(threshold, total - 1)
+    # The crossing block: the number of blocks whose inclusive running sum is <= threshold.
+    running = tl.cumsum(sums, axis=1)
+    crossing = tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
+    before = tl.sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), axis=1)
+
+    cols = crossing[:, None] * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
+    ok = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
+    p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols.to(tl.int64) * stride_pv, mask=ok, other=0.0))
+    values = _quantize(p)
+    if HAS_Q:
+        q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols.to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
+        diff = p - q
+        values = tl.where(use_residual[:, None], _quantize(tl.where(diff > 0, diff, 0.0)), values)
+    elif HAS_REJECTED:
+        hit = tl.sum(tl.where(cols[:, :, None] == rejected[:, None, :], 1, 0), axis=2) > 0
+        values = tl.where(use_residual[:, None] & hit, 0, values)
+    running = tl.cumsum(values, axis=1) + before[:, None]
+    index = crossing * BLOCK_V + tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
+    return tl.where(total > 0, index, 0).to(tl.int64)
+
+
+# ----------------------------------------------------------------------------------------------
+# kernels
+
+
+@triton.jit
+def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr, tile_id_ptr, num_tiles, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    in_vocab = cols < vocab
+    values = tl.load(logits_ptr + row.to(tl.int64) * stride_row + cols.to(tl.int64) * stride_col, mask=in_vocab, other=0.0).to(tl.float32)
+    values = tl.where(values != values, float("-inf"), values)  # NaN ranks as -inf
+    values = tl.minimum(values, FLT_MAX)  # +inf ranks as FLT_MAX (ties with it: lower id)
+    values = tl.where(in_vocab, values, float("-inf"))
+    tile_max = tl.max(values, axis=0)
+    tile_id = tl.min(tl.where(in_vocab & (values == tile_max), cols, NO_ID), axis=0)
+    slot = row.to(tl.int64) * num_tiles + tile
+    tl.store(tile_max_ptr + slot, tile_max)
+    tl.store(tile_id_ptr + slot, tile_id)
+
+
+@triton.jit
+def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles,
+                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps,
+                        BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr):
+    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    req_ok = req < bs
+    lanes = tl.arange(0, N_PAD)
+    ok = req_ok[:, None] & (lanes[None, :] < nodes)
+    block_base = req.to(tl.int64) * nodes
+    node_ids = block_base[:, None] + lanes[None, :]
+    next_token = tl.load(next_token_ptr + node_ids, mask=ok, other=-1).to(tl.int32)
+    next_sibling = tl.load(next_sibling_ptr + node_ids, mask=ok, other=-1).to(tl.int32)
+    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
+    if FROM_LOGITS:
+        target = _merge_argmax(tile_max_ptr, tile_id_ptr, node_ids, ok, num_tiles, TILES_PAD)
+    else:
+        target = tl.load(target_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
+
+    width_lanes = tl.arange(0, W_PAD)
+    last = tl.zeros([BLOCK_R], dtype=tl.int32)
+    num_correct = tl.zeros([BLOCK_R], dtype=tl.int32)
+    alive = req_ok
+    on_path = tl.where(lanes[None, :] == 0, 1, tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32))
+    accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
+    for level in range(1, num_steps + 1):
+        wanted = _pick(target, last, lanes)
+        cur = tl.where(alive, _link(_pick(next_token, last, lanes), nodes), -1)
+        chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
+        for _ in range(nodes):  # a level scans at most N nodes
+            scanning = cur >= 0
+            hit = scanning & (_pick(cand, cur, lanes) == wanted)
+            chosen = tl.where(hit, cur, chosen)
+            cur = tl.where(scanning & (hit == 0), _link(_pick(next_sibling, cur, lanes), nodes), -1)
+        alive = chosen >= 0
+        last = tl.where(alive, chosen, last)
+        num_correct += alive.to(tl.int32)
+        on_path = tl.where(lanes[None, :] == chosen[:, None], 1, on_path)
+        accept = tl.where((width_lanes[None, :] == level) & alive[:, None], block_base[:, None] + chosen[:, None], accept)
+
+    predict = tl.where(on_path != 0, target, -1)
+    tl.store(predict_ptr + node_ids, predict.to(tl.int32), mask=ok)
+    width = num_steps + 1
+    tl.store(accept_ptr + req.to(tl.int64)[:, None] * width + width_lanes[None, :], accept.to(tl.int32),
+             mask=req_ok[:, None] & (width_lanes[None, :] < width))
+    tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
+    tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+
+
+@triton.jit
+def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr, stride_pb, stride_pn, stride_pv,
+                          coins_ptr, final_coins_ptr, threshold_single, threshold_acc,
+                          predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
+                          BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr):
+    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    req_ok = req < bs
+    lanes = tl.arange(0, N_PAD)
+    ok = req_ok[:, None] & (lanes[None, :] < nodes)
+    block_base = req.to(tl.int64) * nodes
+    node_ids = block_base[:, None] + lanes[None, :]
+    next_token = tl.load(next_token_ptr + node_ids, mask=ok, other=-1).to(tl.int32)
+    next_sibling = tl.load(next_sibling_ptr + node_ids, mask=ok, other=-1).to(tl.int32)
+    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
+    cand_ok = ok & (cand >= 0) & (cand < vocab)
+    coins = _sanitize_coins(tl.load(coins_ptr + node_ids, mask=ok, other=0.0))
+    request_rows = req.to(tl.int64) * stride_pb
+
+    width_lanes = tl.arange(0, W_PAD)
+    last = tl.zeros([BLOCK_R], dtype=tl.int32)
+    num_correct = tl.zeros([BLOCK_R], dtype=tl.int32)
+    alive = req_ok
+    coin = _pick(coins, last, lanes)
+    rejected = tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32)  # nodes rejected at the last node's row
+    rejected_q = tl.zeros([BLOCK_R, N_PAD], dtype=tl.int64)
+    on_path = tl.where(lanes[None, :] == 0, 1, tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32))
+    next_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
+    accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
+    for level in range(1, num_steps + 1):
+        cur = tl.where(alive, _link(_pick(next_token, last, lanes), nodes), -1)
+        # The last node's row at every candidate token: one gathered load per level.
+        row_base = request_rows + last.to(tl.int64) * stride_pn
+        row_probs = _sanitize_probs(tl.load(probs_ptr + row_base[:, None] + cand * stride_pv, mask=cand_ok & alive[:, None], other=0.0))
+        acc = tl.zeros([BLOCK_R], dtype=tl.float32)
+        chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
+        for _ in range(nodes):  # a level scans at most N nodes
+            scanning = cur >= 0
+            token = _pick(cand, cur, lanes)
+            duplicate = tl.sum(tl.where((rejected != 0) & (cand == token[:, None]), 1, 0), axis=1) > 0
+            p = tl.where(duplicate, 0.0, _pick(row_probs, cur, lanes))
+            acc = tl.where(scanning, acc + p, acc)
+            hit = scanning & ((coin * threshold_acc < acc) | (p >= threshold_single))
+            chosen = tl.where(hit, cur, chosen)
+            refused = (lanes[None, :] == cur[:, None]) & (scanning & (hit == 0))[:, None]
+            rejected = tl.where(refused, 1, rejected)
+            rejected_q = tl.where(refused, _quantize(p)[:, None], rejected_q)
+            cur = tl.where(scanning & (hit == 0), _link(_pick(next_sibling, cur, lanes), nodes), -1)
+        moved = chosen >= 0
+        next_tokens = tl.where((lanes[None, :] == last[:, None]) & moved[:, None], _pick(cand, chosen, lanes)[:, None], next_tokens)
+        rejected = tl.where(moved[:, None], 0, rejected)
+        rejected_q = tl.where(moved[:, None], 0, rejected_q)
+        coin = tl.where(moved, _pick(coins, chosen, lanes), coin)
+        alive = moved
+        last = tl.where(moved, chosen, last)
+        num_correct += moved.to(tl.int32)
+        on_path = tl.where(lanes[None, :] == chosen[:, None], 1, on_path)
+        accept = tl.where((width_lanes[None, :] == level) & moved[:, None], block_base[:, None] + chosen[:, None], accept)
+
+    rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
+    final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
+    final = _sample_final(probs_ptr, request_rows + last.to(tl.int64) * stride_pn, stride_pv, probs_ptr, request_rows, stride_pv,
+                          req_ok, req_ok, rejected_tokens, rejected_q, final_coin, vocab,
+                          BLOCK_R, BLOCK_V, NB_PAD, False, True)
+    next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
+    predict = tl.where(on_path != 0, next_tokens, -1)
+    tl.store(predict_ptr + node_ids, predict.to(tl.int32), mask=ok)
+    width = num_steps + 1
+    tl.store(accept_ptr + req.to(tl.int64)[:, None] * width + width_lanes[None, :], accept.to(tl.int32),
+             mask=req_ok[:, None] & (width_lanes[None, :] < width))
+    tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
+    tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+
+
+@triton.jit
+def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_correct_ptr, bonus_ptr, bs, width,
+                         BLOCK_R: tl.constexpr, B_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr):
+    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    req_ok = req < bs
+    lanes = tl.arange(0, B_PAD)
+    ok = req_ok[:, None] & (lanes[None, :] < width)
+    ids = req.to(tl.int64)[:, None] * width + lanes[None, :]
+    if FROM_LOGITS:
+        target = _merge_argmax(tile_max_ptr, tile_id_ptr, ids, ok, num_tiles, TILES_PAD)
+    else:
+        target = tl.load(target_ptr + ids, mask=ok, other=-1).to(tl.int64)
+    # Draft j (column j + 1) is compared with the target's token at column j.
+    drafts = tl.load(cand_ptr + ids + 1, mask=ok & (lanes[None, :] < width - 1), other=-1).to(tl.int64)
+    mismatch = (lanes[None, :] >= width - 1) | (drafts != target)
+    num_correct = tl.min(tl.where(mismatch, lanes[None, :], B_PAD), axis=1)
+    bonus = _pick(target, num_correct, lanes)
+    tl.store(num_correct_ptr + req, num_correct.to(tl.int32), mask=req_ok)
+    tl.store(bonus_ptr + req, bonus, mask=req_ok)
+
+
+@triton.jit
+def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
+                           coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
+                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr):
+    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    req_ok = req < bs
+    lanes = tl.arange(0, N_PAD)  # step s (0-based) drafts x_{s+1}; node k of the chain
+    step_ok = req_ok[:, None] & (lanes[None, :] < steps)
+    req64 = req.to(tl.int64)
+    drafts = tl.load(draft_ids_ptr + req64[:, None] * steps + lanes[None, :], mask=step_ok, other=-1).to(tl.int64)
+    draft_ok = step_ok & (drafts >= 0) & (drafts < vocab)
+    p = _sanitize_probs(tl.load(probs_ptr + req64[:, None] * stride_pb + lanes[None, :].to(tl.int64) * stride_pn + drafts * stride_pv,
+                                mask=draft_ok, other=0.0))
+    q = _sanitize_probs(tl.load(draft_probs_ptr + req64[:, None] * stride_qb + lanes[None, :].to(tl.int64) * stride_qn + drafts * stride_qv,
+                                mask=draft_ok, other=0.0))
+    coins = _sanitize_coins(tl.load(coins_ptr + req64[:, None] * steps + lanes[None, :], mask=step_ok, other=0.0))
+    accepted = step_ok & (coins * q < p)
+    num_correct = tl.min(tl.where(accepted, N_PAD, lanes[None, :]), axis=1)
+    num_correct = tl.minimum(num_correct, steps)
+
+    use_q = req_ok & (num_correct < steps)
+    final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
+    final = _sample_final(probs_ptr, req64 * stride_pb + num_correct.to(tl.int64) * stride_pn, stride_pv,
+                          draft_probs_ptr, req64 * stride_qb + tl.minimum(num_correct, steps - 1).to(tl.int64) * stride_qn, stride_qv,
+                          use_q, req_ok, tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64), tl.zeros([BLOCK_R, N_PAD], dtype=tl.int64),
+                          final_coin, vocab, BLOCK_R, BLOCK_V, NB_PAD, True, False)
+    nodes = steps + 1
+    node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
+    predict = tl.where(lanes[None, :] < num_correct[:, None], drafts, tl.where(lanes[None, :] == num_correct[:, None], final[:, None], -1))
+    tl.store(predict_ptr + req64[:, None] * nodes + lanes[None, :], predict.to(tl.int32), mask=node_ok)
+    accept = tl.where(lanes[None, :] <= num_correct[:, None], req64[:, None] * nodes + lanes[None, :], -1)
+    tl.store(accept_ptr + req64[:, None] * nodes + lanes[None, :], accept.to(tl.int32), mask=node_ok)
+    tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
+    tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+
+
+# ----------------------------------------------------------------------------------------------
+# launch configs
+
+
+@dataclass(frozen=True)
+class ArgmaxLaunch:
+    block: int
+    warps: int
+
+
+@dataclass(frozen=True)
+class WalkLaunch:
+    requests: int  # BLOCK_R: requests per program
+    warps: int
+    block_v: int = 16  # vocabulary block of the final-token scan (sampling only)
+
+
+def _pow2(count: int) -> int:
+    return max(triton.next_power_of_2(max(count, 1)), 2)
+
+
+def argmax_launch(target: KernelTarget, rows: int, vocab: int) -> ArgmaxLaunch:
+    """Tile width of the fused argmax. 256 threads per program (8 warps, or 4 wave64 warps on
+    AMD), 16 fp32 per thread; narrower tiles when the batch is too small to fill every SM."""
+    if target.vendor == "interpreter":
+        return ArgmaxLaunch(block=min(max(triton.next_power_of_2(vocab), 16), 65536), warps=1)
+    block = 2048 if rows * triton.cdiv(vocab, 4096) < 4 * target.multiprocessors else 4096
+    return ArgmaxLaunch(block=min(block, max(triton.next_power_of_2(vocab), 128)), warps=256 // target.warp_size)
+
+
+def walk_launch(target: KernelTarget, bs: int, nodes: int, vocab: int = 0) -> WalkLaunch:
+    """One request per program on a GPU (one warp/wave for the register walk; the sampling scan
+    uses 256 threads over a 1024-wide vocabulary block). The interpreter batches thousands of
+    requests per program so that large batches stay vectorised."""
+    if target.vendor == "interpreter":
+        # The interpreter caps a tensor at 2^20 elements; the largest here is the final-token
+        # block's (requests, BLOCK_V, N_PAD) comparison with the rejected tokens.
+        requests = min(_pow2(bs), 32768 // _pow2(nodes))
+        block_v = max(16, min(triton.next_power_of_2(max(vocab, 1)), 2**19 // (requests * _pow2(nodes))))
+        return WalkLaunch(requests=requests, warps=1, block_v=block_v)
+    block_v = max(1024, triton.next_power_of_2(triton.cdiv(max(vocab, 1), 256)))
+    warps = (256 if vocab else 32 * max(1, _pow2(nodes) // 32)) // target.warp_size
+    return WalkLaunch(requests=1, warps=max(1, min(warps, 8)), block_v=block_v)
+
+
+# ----------------------------------------------------------------------------------------------
+# host functions
+
+
+def _verdict_buffers(bs: int, nodes: int, width: int, device, out: Optional[Verdict]) -> Verdict:
+    if out is not None:
+        return out
+    return Verdict(torch.empty(bs * nodes, dtype=torch.int32, device=device), torch.empty((bs, width), dtype=torch.int32, device=device),
+                   torch.empty(bs, dtype=torch.int32, device=device), torch.empty(bs, dtype=torch.int32, device=device))
+
+
+def _argmax_tiles(logits: torch.Tensor, target: KernelTarget):
+    """Launch the tile argmax over (rows, V) logits; returns (tile_max, tile_id, num_tiles)."""
+    rows, vocab = logits.shape
+    config = argmax_launch(target, rows, vocab)
+    num_tiles = triton.cdiv(vocab, config.block)
+    tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=logits.device)
+    tile_id = torch.empty((rows, num_tiles), dtype=torch.int32, device=logits.device)
+    _argmax_tile_kernel[(rows, num_tiles)](logits, logits.stride(0), logits.stride(1), vocab, tile_max, tile_id, num_tiles,
+                                           BLOCK=config.block, num_warps=config.warps)
+    return tile_max, tile_id, num_tiles
+
+
+def _target_source(target_predict: torch.Tensor, target: KernelTarget):
+    """(ids or placeholder, tile_max, tile_id, num_tiles, from_logits) for the walk kernels."""
+    if target_predict.dtype.is_floating_point:
+        tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target)
+        return tile_max, tile_max, tile_id, num_tiles, True
+    ids = target_predict.reshape(-1)
+    return ids, ids, ids, 1, False
+
+
+def _probs_strides(probs: torch.Tensor, rows: int) -> tuple[int, int, int]:
+    """(request, row, vocabulary) strides of (bs, rows, V) or (bs*rows, V) probabilities."""
+    if probs.dim() == 3:
+        return probs.stride(0), probs.stride(1), probs.stride(2)
+    return probs.stride(0) * rows, probs.stride(0), probs.stride(1)
+
+
+def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: torch.Tensor, *, out: Optional[Verdict] = None,
+                  target: KernelTarget) -> Verdict:
+    """Triton provider of ``verify_greedy`` (arguments validated by the caller; see spec_hal.verify)."""
+    bs, nodes = candidates.shape
+    width = tree.num_steps + 1
+    out = _verdict_buffers(bs, nodes, width, candidates.device, out)
+    if bs == 0:
+        return out
+    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target)
+    config = walk_launch(target, bs, nodes)
+    _greedy_walk_kernel[(triton.cdiv(bs, config.requests),)](
+        tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), ids, tile_max, tile_id, num_tiles,
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps,
+        BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits,
+        num_warps=config.warps,
+    )
+    return out
+
+
+def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor,
+                    *, threshold_single: float = 1.0, threshold_acc: float = 1.0, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+    """Triton provider of ``verify_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
+    bs, nodes = candidates.shape
+    width = tree.num_steps + 1
+    out = _verdict_buffers(bs, nodes, width, candidates.device, out)
+    if bs == 0:
+        return out
+    vocab = target_probs.shape[-1]
+    stride_b, stride_n, stride_v = _probs_strides(target_probs, nodes)
+    config = walk_launch(target, bs, nodes, vocab)
+    _sampling_walk_kernel[(triton.cdiv(bs, config.requests),)](
+        tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
+        target_probs, stride_b, stride_n, stride_v, coins.contiguous(), final_coins.contiguous(), float(threshold_single), float(threshold_acc),
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, vocab,
+        BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), BLOCK_V=config.block_v,
+        NB_PAD=_pow2(triton.cdiv(vocab, config.block_v)), num_warps=config.warps,
+    )
+    return out
+
+
+def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+                 target: KernelTarget) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton provider of ``verify_chain`` (arguments validated by the caller; see spec_hal.verify)."""
+    bs, width = candidates.shape
+    if out is None:
+        out = (torch.empty(bs, dtype=torch.int32, device=candidates.device), torch.empty(bs, dtype=torch.int64, device=candidates.device))
+    if bs == 0:
+        return out[0], out[1]
+    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target)
+    config = walk_launch(target, bs, width)
+    _chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
+        candidates.contiguous(), ids, tile_max, tile_id, num_tiles, out[0], out[1], bs, width,
+        BLOCK_R=config.requests, B_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, num_warps=config.warps,
+    )
+    return out[0], out[1]
+
+
+def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, coins: torch.Tensor,
+                          final_coins: torch.Tensor, *, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+    """Triton provider of ``verify_chain_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
+    bs, steps = draft_ids.shape
+    nodes = steps + 1
+    out = _verdict_buffers(bs, nodes, nodes, draft_ids.device, out)
+    if bs == 0:
+        return out
+    vocab = target_probs.shape[-1]
+    q_strides = _probs_strides(draft_probs, steps)
+    p_strides = _probs_strides(target_probs, nodes)
+    config = walk_launch(target, bs, nodes, vocab)
+    _chain_sampling_kernel[(triton.cdiv(bs, config.requests),)](
+        draft_ids.contiguous(), draft_probs, *q_strides, target_probs, *p_strides, coins.contiguous(), final_coins.contiguous(),
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
+        BLOCK_R=config.requests, N_PAD=_pow2(nodes), BLOCK_V=config.block_v, NB_PAD=_pow2(triton.cdiv(vocab, config.block_v)),
+        num_warps=config.warps,
+    )
+    return out
+
+
+PROVIDERS = {
+    "verify_greedy": (verify_greedy, "kernels/verify.py: tile argmax (logits only) + register tree walk"),
+    "verify_sampling": (verify_sampling, "kernels/verify.py: register tree walk + one-pass exact final-token sampling"),
+    "verify_chain": (verify_chain, "kernels/verify.py: tile argmax (logits only) + prefix match"),
+    "verify_chain_sampling": (verify_chain_sampling, "kernels/verify.py: rejection test + one-pass exact residual sampling"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# offline compilation and launch descriptions
+
+_LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
+_SHAPES = ((1, 4, 32000), (64, 8, 151936), (256, 32, 151936), (3, 6, 8))  # (bs, N, V)
+
+
+def compile_specs(target: KernelTarget):
+    """Every (kernel, signature, constexprs, num_warps) the host functions launch on ``target``."""
+    specs = []
+    walk_links = {"next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64"}
+    verdict = {"predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32"}
+    for bs, nodes, vocab in _SHAPES:
+        steps = min(nodes - 1, 5)
+        argmax = argmax_launch(target, bs * nodes, vocab)
+        tiles = _pow2(triton.cdiv(vocab, argmax.block))
+        for logit_type in _LOGIT_TYPES:
+            specs.append((_argmax_tile_kernel,
+                          {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
+                           "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "BLOCK": "constexpr"},
+                          {"BLOCK": argmax.block}, argmax.warps))
+        walk = walk_launch(target, bs, nodes)
+        for from_logits, target_type in ((True, "*fp32"), (False, "*i64"), (False, "*i32")):
+            specs.append((_greedy_walk_kernel,
+                          {**walk_links, "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
+                           **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr",
+                           "W_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
+                          {"BLOCK_R": walk.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILES_PAD": tiles, "FROM_LOGITS": from_logits},
+                          walk.warps))
+            specs.append((_chain_greedy_kernel,
+                          {"cand_ptr": "*i64", "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
+                           "num_correct_ptr": "*i32", "bonus_ptr": "*i64", "bs": "i32", "width": "i32", "BLOCK_R": "constexpr",
+                           "B_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
+                          {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": tiles, "FROM_LOGITS": from_logits}, walk.warps))
+        sampling = walk_launch(target, bs, nodes, vocab)
+        blocks = _pow2(triton.cdiv(vocab, sampling.block_v))
+        specs.append((_sampling_walk_kernel,
+                      {**walk_links, "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64",
+                       "coins_ptr": "*fp32", "final_coins_ptr": "*fp32", "threshold_single": "fp32", "threshold_acc": "fp32",
+                       **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
+                       "N_PAD": "constexpr", "W_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
+                      {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
+                      sampling.warps))
+        specs.append((_chain_sampling_kernel,
+                      {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
+                       "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
+                       "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
+                       "N_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
+                      {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
+                      sampling.warps))
+    return specs
+
+
+def describe_launch(target: KernelTarget) -> list[str]:
+    lines = []
+    for bs, nodes, vocab in _SHAPES[:3]:
+        argmax = argmax_launch(target, bs * nodes, vocab)
+        walk = walk_launch(target, bs, nodes)
+        sampling = walk_launch(target, bs, nodes, vocab)
+        lines.append(f"verify bs={bs} N={nodes} V={vocab}: argmax BLOCK={argmax.block} x {triton.cdiv(vocab, argmax.block)} tiles/row, "
+                     f"{argmax.warps} warps; walk {walk.requests} req/program, {walk.warps} warps; sampling scan BLOCK_V={sampling.block_v}, "
+                     f"{sampling.warps} warps x {target.warp_size} lanes")
+    return lines
