@@ -29,17 +29,27 @@ __all__ = [
     "UnsupportedOnBackend",
     *_LAZY,
     "draft_topk",
+    "bonus_tokens",
+    "compact_accepted",
+    "accepted_kv_moves",
+    "move_kv",
+    "assign_draft_slots",
 ]
 
 
 def __getattr__(name: str):
     import importlib
+    import importlib.util
 
     if name in _LAZY:
         module, attribute = _LAZY[name]
         return getattr(importlib.import_module(module), attribute)
     if name.startswith("_"):
         raise AttributeError(name)
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # A submodule (``from . import checks`` inside a family module that all_ops() below is
+        # importing): import it instead of recursing into the op registry.
+        return importlib.import_module(f"{__name__}.{name}")
     from .ops import dispatcher
     from .registry import all_ops
 
