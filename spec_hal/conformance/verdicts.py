@@ -36,8 +36,10 @@ class RandomRound:
 
 
 def random_round(bs: int, *, num_steps: int, num_nodes: int, generator: torch.Generator, vocab: int = 1000,
-                 stop_probability: float = 0.25, index_dtype: torch.dtype = torch.int32) -> RandomRound:
-    """A random tree and accepted path for each of ``bs`` requests (see module doc)."""
+                 stop_probability: float = 0.25, index_dtype: torch.dtype = torch.int32,
+                 chain: bool = False) -> RandomRound:
+    """A random tree and accepted path for each of ``bs`` requests (see module doc); ``chain``
+    makes every tree the K = 1 chain 0 -> 1 -> ... -> N-1 (N = S + 1)."""
     width = num_steps + 1
     parents = torch.full((bs, num_nodes), -1, dtype=torch.int64)
     depths = torch.zeros((bs, num_nodes), dtype=torch.int64)
@@ -46,7 +48,7 @@ def random_round(bs: int, *, num_steps: int, num_nodes: int, generator: torch.Ge
     for b in range(bs):
         depth_row, parent_row = depth_rows[b], parent_rows[b]
         for j in range(1, num_nodes):
-            eligible = [p for p in range(j) if depth_row[p] < num_steps]
+            eligible = [j - 1] if chain else [p for p in range(j) if depth_row[p] < num_steps]
             parent = eligible[int(uniforms[b][j][0] * len(eligible))]
             parent_row[j], depth_row[j] = parent, depth_row[parent] + 1
     parents, depths = torch.tensor(parent_rows, dtype=torch.int64).view(bs, num_nodes), torch.tensor(depth_rows, dtype=torch.int64).view(bs, num_nodes)
