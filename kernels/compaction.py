@@ -32,32 +32,34 @@ def _bonus_tokens_kernel(predict_ptr, predict_stride, accept_index_ptr, index_st
 
 @triton.jit
 def _compact_rows_kernel(x_ptr, x_stride, out_ptr, accept_index_ptr, index_stride_row, index_stride_col,
-                         accept_lens_ptr, lens_stride, num_nodes, width, total_rows, columns, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    tile = tl.program_id(1)
+                         accept_lens_ptr, lens_stride, num_nodes, width, total_rows, columns,
+                         ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    in_rows = row < total_rows
     b = row // num_nodes
     rank = row - b * num_nodes
-    length = tl.load(accept_lens_ptr + b * lens_stride).to(tl.int64)
-    on_path = (rank < length) & (rank < width)
+    length = tl.load(accept_lens_ptr + b * lens_stride, mask=in_rows, other=0).to(tl.int64)
+    on_path = in_rows & (rank < length) & (rank < width)
     # Ranks past the path (or past the accept width) never read accept_index: bug 4b's OOB read.
-    source = tl.load(accept_index_ptr + b * index_stride_row + tl.minimum(rank, width - 1) * index_stride_col,
-                     mask=on_path, other=0).to(tl.int64)
+    source = tl.load(accept_index_ptr + b * index_stride_row + rank * index_stride_col, mask=on_path, other=0).to(tl.int64)
     source = tl.where(on_path & (source >= 0) & (source < total_rows), source, row)
-    cols = tile * BLOCK + tl.arange(0, BLOCK)
-    in_row = cols < columns
-    values = tl.load(x_ptr + source * x_stride + cols, mask=in_row)
-    tl.store(out_ptr + row * columns + cols, values, mask=in_row)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = in_rows[:, None] & (cols < columns)[None, :]
+    values = tl.load(x_ptr + source[:, None] * x_stride + cols[None, :], mask=mask)
+    tl.store(out_ptr + row[:, None] * columns + cols[None, :], values, mask=mask)
 
 
-def _column_block(target: KernelTarget, columns: int, element_size: int) -> int:
-    """Columns per program: 16 KiB tiles on GPUs, the whole row under the interpreter."""
+def compact_launch(target: KernelTarget, columns: int, element_size: int) -> tuple[int, int, int]:
+    """(ROWS, BLOCK columns, warps): tiles of up to 16 KiB on GPUs (narrow rows such as predict
+    share a program, wide hidden rows split into column tiles); the interpreter takes whole rows
+    and many of them per program (its cost is per program)."""
+    block = max(triton.next_power_of_2(columns), 1)
     if target.vendor == "interpreter":
-        return max(triton.next_power_of_2(columns), 16)
-    return min(max(triton.next_power_of_2(columns), 16), 16384 // element_size)
-
-
-def _warps(target: KernelTarget, block: int, element_size: int) -> int:
-    return 1 if target.vendor == "interpreter" else max(1, min(8, block * element_size // (16 * target.warp_size)))
+        return max(1, min(1024, 65536 // block)), block, 1
+    block = min(block, 16384 // element_size)
+    rows = max(1, 16384 // (block * element_size))
+    warps = max(1, min(8, rows * block * element_size // (16 * target.warp_size * 4)))
+    return rows, block, warps
 
 
 def bonus_tokens(verdict, *, out=None, target: KernelTarget):
@@ -95,12 +97,12 @@ def compact_accepted(x, verdict, *, out=None, target: KernelTarget):
         return out
     source = _as_rows(x.unsqueeze(1) if x.dim() == 1 else x)
     total_rows, columns = source.shape
-    block = _column_block(target, columns, source.element_size())
-    _compact_rows_kernel[(total_rows, triton.cdiv(columns, block))](
+    tile_rows, block, warps = compact_launch(target, columns, source.element_size())
+    _compact_rows_kernel[(triton.cdiv(total_rows, tile_rows), triton.cdiv(columns, block))](
         source, source.stride(0), out.view(torch.uint8) if out.dtype == torch.bool else out,
         verdict.accept_index, verdict.accept_index.stride(0), verdict.accept_index.stride(1),
         verdict.accept_lens, verdict.accept_lens.stride(0), total_rows // rows, width, total_rows, columns,
-        BLOCK=block, num_warps=_warps(target, block, source.element_size()),
+        ROWS=tile_rows, BLOCK=block, num_warps=warps,
     )
     return out
 
@@ -125,19 +127,19 @@ def compile_specs(target: KernelTarget):
                        "num_predict": "i64", "BLOCK": "constexpr"}, {"BLOCK": 128}, 4))
         for data_type in _DATA_TYPES:
             for columns in (1, 96, 4096, 8192):
-                block = _column_block(target, columns, _SIZES[data_type])
+                tile_rows, block, warps = compact_launch(target, columns, _SIZES[data_type])
                 specs.append((_compact_rows_kernel,
                               {"x_ptr": f"*{data_type}", "x_stride": "i64", "out_ptr": f"*{data_type}",
                                "accept_index_ptr": f"*{index_type}", "index_stride_row": "i64", "index_stride_col": "i64",
                                "accept_lens_ptr": f"*{index_type}", "lens_stride": "i64", "num_nodes": "i64", "width": "i64",
-                               "total_rows": "i64", "columns": "i64", "BLOCK": "constexpr"},
-                              {"BLOCK": block}, _warps(target, block, _SIZES[data_type])))
+                               "total_rows": "i64", "columns": "i64", "ROWS": "constexpr", "BLOCK": "constexpr"},
+                              {"ROWS": tile_rows, "BLOCK": block}, warps))
     return specs
 
 
 def describe_launch(target: KernelTarget) -> list[str]:
     lines = ["bonus_tokens: 128 requests per program"]
     for columns, size in ((1, 4), (4096, 2), (8192, 4)):
-        block = _column_block(target, columns, size)
-        lines.append(f"compact_accepted row of {columns} x {size} B: BLOCK={block}, {_warps(target, block, size)} warps")
+        tile_rows, block, warps = compact_launch(target, columns, size)
+        lines.append(f"compact_accepted row of {columns} x {size} B: {tile_rows} rows x {block} columns, {warps} warps")
     return lines
