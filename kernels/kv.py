@@ -228,7 +228,8 @@ PROVIDERS = {
     "assign_draft_slots": (assign_draft_slots, "kernels/kv.py: P9 page-aware formula, one program per request, 1 launch"),
 }
 
-_TYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8, "i32": 4, "i64": 8, "u8": 1, "i8": 1, "i16": 2}
+# One type per element size the host launches (the kernel only loads and stores; fp8 goes as u8).
+_TYPES = {"bf16": 2, "fp32": 4, "i64": 8, "u8": 1}
 
 
 def compile_specs(target: KernelTarget):
@@ -242,14 +243,14 @@ def compile_specs(target: KernelTarget):
                        "dst_ptr": f"*{index_type}", "rows": "i64", "width": "i64", "num_nodes": "i64", "BLOCK": "constexpr"},
                       {"BLOCK": 256}, 4))
         for data_type, size in _TYPES.items():
-            for row_length in (1, 3, 1024, 576):
+            for row_length in (3, 1024):
                 block, chunk, warps = move_launch(target, row_length, size)
                 specs.append((_move_rows_kernel,
                               {"base_ptr": f"*{data_type}", "cache_offsets_ptr": "*i64", "slot_stride": "i64", "num_slots": "i64",
                                "row_length": "i64", "src_ptr": f"*{index_type}", "dst_ptr": f"*{index_type}", "num_moves": "i64",
                                "CHUNK": "constexpr", "BLOCK": "constexpr"},
                               {"CHUNK": chunk, "BLOCK": block}, warps))
-        for steps, topk, page in ((3, 1, 1), (5, 4, 16), (3, 8, 64), (1, 2, 1)):
+        for steps, topk, page in ((3, 1, 1), (5, 4, 16)):
             holes = (topk - 1) * (page - 1)
             specs.append((_draft_slots_kernel,
                           {"table_ptr": f"*{index_type}", "table_stride_row": "i64", "table_stride_col": "i64", "table_width": "i64",
