@@ -24,7 +24,7 @@ def test_report_lists_cases_capabilities_and_providers(tmp_path):
     assert data["providers"]["draft_topk"].startswith("reference")
     assert data["versions"]["torch"]
     ops = {case["op"] for case in data["cases"]}
-    assert ops == {"draft_topk"}
+    assert "draft_topk" in ops  # every family with golden or rejects cases adds its ops
     assert all(case["outcome"] == "passed" for case in data["cases"])
     assert data["summary"]["passed"] == len(data["cases"]) > 10
     assert "<testsuite" in junit.read_text()
