@@ -18,6 +18,8 @@ KERNEL_MODULES = (
     "spec_hal.kernels.topk",
     "spec_hal.kernels.mamba",
     "spec_hal.kernels.verify",
+    "spec_hal.kernels.compaction",
+    "spec_hal.kernels.kv",
 )
 
 _loaded_mode: Optional[str] = None

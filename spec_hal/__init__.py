@@ -69,6 +69,11 @@ __all__ = [
     "verify_sampling",
     "verify_chain",
     "verify_chain_sampling",
+    "bonus_tokens",
+    "compact_accepted",
+    "accepted_kv_moves",
+    "move_kv",
+    "assign_draft_slots",
 ]
 
 

@@ -20,6 +20,8 @@ FAMILY_MODULES = (
     "spec_hal.topk",
     "spec_hal.mamba",
     "spec_hal.verify",
+    "spec_hal.compaction",
+    "spec_hal.kv",
 )
 
 

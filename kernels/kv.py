@@ -1,0 +1,270 @@
+"""Triton kernels of family ``kv``: ``accepted_kv_moves``, ``move_kv``, ``assign_draft_slots``.
+Semantics: spec_hal/kv.py.
+
+``accepted_kv_moves``: one lane per (request, rank) over exactly bs*(S+1) entries (S+1 =
+``accept_index.shape[1]``); nothing is sized by N (upstream bug 4b launched bs*N).
+
+``move_kv``: ONE launch for all caches that share (dtype, row length, slot stride); the
+usual K and V of every layer are one group. The caches' base addresses go in as element offsets
+from the first cache (a small int64 table, cached per set of caches), so the kernel needs no
+pointer array. Grid: (cache, column tile). A program owns one column tile of one cache for ALL
+moves, so no two programs touch the same bytes; it walks the move list in chunks of ``CHUNK``
+moves: load the chunk's source tiles, barrier, store them, next chunk. Inside a chunk every read
+precedes every write; across chunks a slot's reader precedes its writer by the op's precondition
+(reader index < writer index), so the result is the gather-then-scatter of the reference.
+
+``assign_draft_slots``: one program per request computes P9's formula for its K*S draft slots
+and its (K-1)*(P-1) prefix-tail copies.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+import triton
+import triton.language as tl
+
+from spec_hal.kv import DraftSlots
+
+from .launch import KernelTarget
+
+
+@triton.jit
+def _accepted_moves_kernel(accept_index_ptr, index_stride_row, index_stride_col, accept_lens_ptr, lens_stride,
+                           slots_ptr, slots_stride_row, slots_stride_col, src_ptr, dst_ptr,
+                           rows, width, num_nodes, BLOCK: tl.constexpr):
+    entry = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    in_range = entry < rows * width
+    b = entry // width
+    rank = entry - b * width
+    length = tl.load(accept_lens_ptr + b * lens_stride, mask=in_range, other=0).to(tl.int64)
+    accepted = in_range & (rank < length) & (rank < num_nodes)
+    node = tl.load(accept_index_ptr + b * index_stride_row + rank * index_stride_col, mask=accepted, other=0).to(tl.int64)
+    local = node - b * num_nodes
+    moved = accepted & (local != rank) & (local >= 0) & (local < num_nodes)
+    source = tl.load(slots_ptr + b * slots_stride_row + local * slots_stride_col, mask=moved, other=-1)
+    destination = tl.load(slots_ptr + b * slots_stride_row + rank * slots_stride_col, mask=moved, other=-1)
+    tl.store(src_ptr + entry, tl.where(moved, source, -1), mask=in_range)
+    tl.store(dst_ptr + entry, tl.where(moved, destination, -1), mask=in_range)
+
+
+@triton.jit
+def _move_rows_kernel(base_ptr, cache_offsets_ptr, slot_stride, num_slots, row_length, src_ptr, dst_ptr, num_moves,
+                      CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+    cache_base = base_ptr + tl.load(cache_offsets_ptr + tl.program_id(0))
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_row = cols < row_length
+    for start in range(0, num_moves, CHUNK):
+        moves = start + tl.arange(0, CHUNK)
+        in_list = moves < num_moves
+        source = tl.load(src_ptr + moves, mask=in_list, other=-1).to(tl.int64)
+        destination = tl.load(dst_ptr + moves, mask=in_list, other=-1).to(tl.int64)
+        valid = (source >= 0) & (destination >= 0) & (source < num_slots) & (destination < num_slots)
+        mask = valid[:, None] & in_row[None, :]
+        values = tl.load(cache_base + source[:, None] * slot_stride + cols[None, :], mask=mask)
+        # Every thread of the program has read this chunk before any thread overwrites a slot.
+        tl.debug_barrier()
+        tl.store(cache_base + destination[:, None] * slot_stride + cols[None, :], values, mask=mask)
+        tl.debug_barrier()
+
+
+@triton.jit
+def _draft_slots_kernel(table_ptr, table_stride_row, table_stride_col, table_width, pool_ptr, pool_stride,
+                        seq_lens_ptr, seq_stride, out_cache_loc_ptr, prefix_src_ptr, prefix_dst_ptr,
+                        STEPS: tl.constexpr, TOPK: tl.constexpr, PAGE: tl.constexpr,
+                        SLOTS_PAD: tl.constexpr, HOLES_PAD: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    table_row = table_ptr + tl.load(pool_ptr + b * pool_stride).to(tl.int64) * table_stride_row
+    seq_len = tl.load(seq_lens_ptr + b * seq_stride).to(tl.int64)
+    last_page = seq_len % PAGE
+    prefix_base = seq_len - last_page
+    lane_span = ((last_page + STEPS + PAGE - 1) // PAGE) * PAGE
+
+    index = tl.arange(0, SLOTS_PAD)
+    lane = index // STEPS
+    position = prefix_base + lane * lane_span + last_page + (index - lane * STEPS)
+    inside = (index < TOPK * STEPS) & (position < table_width)
+    slot = tl.load(table_row + position * table_stride_col, mask=inside, other=-1)
+    tl.store(out_cache_loc_ptr + b * (TOPK * STEPS) + index, slot, mask=index < TOPK * STEPS)
+
+    if TOPK > 1 and PAGE > 1:
+        holes = (TOPK - 1) * (PAGE - 1)
+        hole = tl.arange(0, HOLES_PAD)
+        hole_lane = hole // (PAGE - 1) + 1
+        offset = hole - (hole_lane - 1) * (PAGE - 1)
+        source_pos = prefix_base + offset
+        dest_pos = prefix_base + hole_lane * lane_span + offset
+        copied = (hole < holes) & (offset < last_page) & (dest_pos < table_width) & (source_pos < table_width)
+        source = tl.load(table_row + source_pos * table_stride_col, mask=copied, other=-1)
+        destination = tl.load(table_row + dest_pos * table_stride_col, mask=copied, other=-1)
+        both = copied & (source >= 0) & (destination >= 0)
+        tl.store(prefix_src_ptr + b * holes + hole, tl.where(both, source, -1), mask=hole < holes)
+        tl.store(prefix_dst_ptr + b * holes + hole, tl.where(both, destination, -1), mask=hole < holes)
+
+
+def _padded(count: int) -> int:
+    return max(triton.next_power_of_2(max(count, 1)), 16)
+
+
+def accepted_kv_moves(verdict, slots, *, out=None, target: KernelTarget):
+    """Triton provider of ``accepted_kv_moves`` (validated by the caller; see spec_hal.kv)."""
+    rows, width = verdict.accept_index.shape
+    if out is None:
+        out = (torch.empty((rows * width,), dtype=slots.dtype, device=slots.device),
+               torch.empty((rows * width,), dtype=slots.dtype, device=slots.device))
+    if rows == 0:
+        return out[0], out[1]
+    block = 256
+    _accepted_moves_kernel[(triton.cdiv(rows * width, block),)](
+        verdict.accept_index, verdict.accept_index.stride(0), verdict.accept_index.stride(1),
+        verdict.accept_lens, verdict.accept_lens.stride(0), slots, slots.stride(0), slots.stride(1),
+        out[0], out[1], rows, width, slots.shape[1], BLOCK=block, num_warps=1 if target.vendor == "interpreter" else 4,
+    )
+    return out[0], out[1]
+
+
+_OFFSET_TABLES: "OrderedDict[tuple, tuple]" = OrderedDict()
+_MAX_TABLES = 64
+
+
+def clear_offset_tables() -> None:
+    """Forget the cached cache-offset tables (tests; after an engine reallocates its caches)."""
+    _OFFSET_TABLES.clear()
+
+
+def _offset_table(group: list, device: torch.device) -> torch.Tensor:
+    """(caches,) int64 element offsets of each cache from the first, on ``device``, cached.
+
+    Built once per set of caches, with a pinned non-blocking copy so that even the first call
+    does not synchronise the host (an engine's caches live for the whole run).
+    """
+    key = (str(device),) + tuple(cache.data_ptr() for cache in group)
+    if key in _OFFSET_TABLES:
+        _OFFSET_TABLES.move_to_end(key)
+        return _OFFSET_TABLES[key][0]
+    size = group[0].element_size()
+    offsets = torch.tensor([(cache.data_ptr() - group[0].data_ptr()) // size for cache in group], dtype=torch.int64)
+    if device.type == "cpu":
+        table, staging = offsets, None
+    else:
+        staging = offsets.pin_memory()
+        table = staging.to(device, non_blocking=True)
+    _OFFSET_TABLES[key] = (table, staging)
+    if len(_OFFSET_TABLES) > _MAX_TABLES:
+        _OFFSET_TABLES.popitem(last=False)
+    return table
+
+
+def _groups(caches) -> list:
+    """Caches that one launch can move: same dtype, row length, slot stride, slot count, and an
+    address difference that is a whole number of elements."""
+    groups: dict = {}
+    for cache in caches:
+        row_length = 1
+        for size in cache.shape[1:]:
+            row_length *= size
+        key = (cache.dtype, row_length, cache.stride(0), cache.shape[0], cache.data_ptr() % cache.element_size())
+        groups.setdefault(key, []).append(cache)
+    return list(groups.items())
+
+
+def move_launch(target: KernelTarget, row_length: int, element_size: int) -> tuple[int, int, int]:
+    """(BLOCK columns, CHUNK moves, warps) of ``_move_rows_kernel``.
+
+    GPU: 512-byte column tiles (coalesced 16-byte accesses from every thread), 32 moves per
+    chunk, so 16 KiB are in flight per program between barriers. Interpreter: whole rows and
+    big chunks (few Python-level programs and iterations).
+    """
+    if target.vendor == "interpreter":
+        return max(triton.next_power_of_2(row_length), 16), 256, 1
+    block = min(max(triton.next_power_of_2(row_length), 16), 512 // element_size)
+    chunk = 32
+    warps = max(1, min(8, chunk * block * element_size // (16 * target.warp_size * 8)))  # 8 vectors a thread
+    return block, chunk, warps
+
+
+def move_kv(caches, src, dst, *, target: KernelTarget):
+    """Triton provider of ``move_kv`` (validated by the caller; see spec_hal.kv). One launch per
+    group of caches with equal (dtype, row length, slot stride); K and V of all layers of a
+    usual pool are one group."""
+    num_moves = src.shape[0]
+    if num_moves == 0:
+        return None
+    for (dtype, row_length, slot_stride, num_slots, _), group in _groups(caches):
+        if row_length == 0 or num_slots == 0:
+            continue
+        # fp8 rows are moved as bytes: a bit copy needs no fp8 support in the interpreter.
+        base = group[0].view(torch.uint8) if dtype.is_floating_point and group[0].element_size() == 1 else group[0]
+        block, chunk, warps = move_launch(target, row_length, group[0].element_size())
+        _move_rows_kernel[(len(group), triton.cdiv(row_length, block))](
+            base, _offset_table(group, src.device), slot_stride, num_slots, row_length, src, dst, num_moves,
+            CHUNK=chunk, BLOCK=block, num_warps=warps,
+        )
+    return None
+
+
+def assign_draft_slots(req_to_token, *, req_pool_indices, seq_lens, num_steps, topk, page_size, out=None, target: KernelTarget):
+    """Triton provider of ``assign_draft_slots`` (validated by the caller; see spec_hal.kv)."""
+    rows = req_pool_indices.shape[0]
+    holes = (topk - 1) * (page_size - 1)
+    device, dtype = req_to_token.device, req_to_token.dtype
+    if out is None:
+        out = (torch.empty((rows * topk * num_steps,), dtype=dtype, device=device),
+               torch.empty((rows * holes,), dtype=dtype, device=device), torch.empty((rows * holes,), dtype=dtype, device=device))
+    if rows == 0:
+        return DraftSlots(*out)
+    _draft_slots_kernel[(rows,)](
+        req_to_token, req_to_token.stride(0), req_to_token.stride(1), req_to_token.shape[1],
+        req_pool_indices, req_pool_indices.stride(0), seq_lens, seq_lens.stride(0), out[0], out[1], out[2],
+        STEPS=num_steps, TOPK=topk, PAGE=page_size, SLOTS_PAD=_padded(topk * num_steps), HOLES_PAD=_padded(holes),
+        num_warps=1 if target.vendor == "interpreter" else 4,
+    )
+    return DraftSlots(*out)
+
+
+PROVIDERS = {
+    "accepted_kv_moves": (accepted_kv_moves, "kernels/kv.py: one lane per (request, rank), bs*(S+1) entries, 1 launch"),
+    "move_kv": (move_kv, "kernels/kv.py: chunked gather/barrier/scatter, 1 launch per (dtype, row, stride) group of caches"),
+    "assign_draft_slots": (assign_draft_slots, "kernels/kv.py: P9 page-aware formula, one program per request, 1 launch"),
+}
+
+# One type per element size the host launches (the kernel only loads and stores; fp8 goes as u8).
+_TYPES = {"bf16": 2, "fp32": 4, "i64": 8, "u8": 1}
+
+
+def compile_specs(target: KernelTarget):
+    """Every (kernel, signature, constexprs, num_warps) the host functions launch on ``target``."""
+    specs = []
+    for index_type in ("i32", "i64"):
+        specs.append((_accepted_moves_kernel,
+                      {"accept_index_ptr": f"*{index_type}", "index_stride_row": "i64", "index_stride_col": "i64",
+                       "accept_lens_ptr": f"*{index_type}", "lens_stride": "i64", "slots_ptr": f"*{index_type}",
+                       "slots_stride_row": "i64", "slots_stride_col": "i64", "src_ptr": f"*{index_type}",
+                       "dst_ptr": f"*{index_type}", "rows": "i64", "width": "i64", "num_nodes": "i64", "BLOCK": "constexpr"},
+                      {"BLOCK": 256}, 4))
+        for data_type, size in _TYPES.items():
+            for row_length in (3, 1024):
+                block, chunk, warps = move_launch(target, row_length, size)
+                specs.append((_move_rows_kernel,
+                              {"base_ptr": f"*{data_type}", "cache_offsets_ptr": "*i64", "slot_stride": "i64", "num_slots": "i64",
+                               "row_length": "i64", "src_ptr": f"*{index_type}", "dst_ptr": f"*{index_type}", "num_moves": "i64",
+                               "CHUNK": "constexpr", "BLOCK": "constexpr"},
+                              {"CHUNK": chunk, "BLOCK": block}, warps))
+        for steps, topk, page in ((3, 1, 1), (5, 4, 16)):
+            holes = (topk - 1) * (page - 1)
+            specs.append((_draft_slots_kernel,
+                          {"table_ptr": f"*{index_type}", "table_stride_row": "i64", "table_stride_col": "i64", "table_width": "i64",
+                           "pool_ptr": f"*{index_type}", "pool_stride": "i64", "seq_lens_ptr": f"*{index_type}", "seq_stride": "i64",
+                           "out_cache_loc_ptr": f"*{index_type}", "prefix_src_ptr": f"*{index_type}", "prefix_dst_ptr": f"*{index_type}",
+                           "STEPS": "constexpr", "TOPK": "constexpr", "PAGE": "constexpr", "SLOTS_PAD": "constexpr", "HOLES_PAD": "constexpr"},
+                          {"STEPS": steps, "TOPK": topk, "PAGE": page, "SLOTS_PAD": _padded(topk * steps), "HOLES_PAD": _padded(holes)}, 4))
+    return specs
+
+
+def describe_launch(target: KernelTarget) -> list[str]:
+    lines = []
+    for row_length, size in ((1024, 2), (576, 2), (1024, 4)):
+        block, chunk, warps = move_launch(target, row_length, size)
+        lines.append(f"move_kv row {row_length} x {size} B: BLOCK={block} columns, CHUNK={chunk} moves, {warps} warps")
+    lines.append("accepted_kv_moves: 256 entries per program; assign_draft_slots: one program per request")
+    return lines

@@ -1,0 +1,147 @@
+"""Family ``compaction``: the bonus token and the accepted path moved to the front. P12, P14.
+
+Semantics (identical on every backend; integers and copied floats bit-exact):
+
+* A :class:`~spec_hal.types.Verdict` carries ``accept_index`` (bs, W) with W = S + 1, the accept
+  width. Every stride here is derived from that shape: the bonus of request b is read from row b
+  of ``accept_index``, never at ``b * N`` (upstream bug 4a used N = num_draft_tokens).
+* ``bonus_tokens(verdict)[b] = predict[accept_index[b, accept_lens[b] - 1]]``.
+* ``compact_accepted(x, verdict)``: for a node-indexed tensor x (bs*N, ...), row ``b*N + r`` of
+  the result is row ``accept_index[b, r]`` of x for ``r < accept_lens[b]`` (the accepted path, root
+  first, in order) and row ``b*N + r`` of x itself otherwise. Rows past the accepted path are left
+  unchanged (upstream filled rows < S+1 with node-0 copies; unchanged is cheaper to define and
+  identical on every backend). The result is a new tensor (or ``out=``), never x itself: the
+  move reads rows that other rows overwrite.
+
+Preconditions (verified only when ``SPEC_HAL_CHECKS=1``, since they need the values):
+``1 <= accept_lens[b] <= min(W, N)``; ``accept_index[b, r]`` in ``[b*N, (b+1)*N)`` for
+``r < accept_lens[b]``. Kernels never read or write out of bounds even when they are violated.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+from . import checks
+from .errors import InvalidInput
+from .registry import register_op
+from .types import Verdict
+
+# Element types a node-indexed tensor may have (bool is moved as uint8 by the kernels).
+COMPACT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64,
+                  torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool)
+
+
+def value_checks_enabled() -> bool:
+    """True when ``SPEC_HAL_CHECKS=1``: run the value checks that need a host sync."""
+    return os.environ.get("SPEC_HAL_CHECKS") == "1"
+
+
+def check_verdict(name: str, verdict: object) -> Verdict:
+    """Metadata of a Verdict: consistent shapes, index dtypes, one device."""
+    if not isinstance(verdict, Verdict):
+        raise InvalidInput(name, "a spec_hal.types.Verdict", type(verdict).__name__)
+    accept_index = checks.tensor(f"{name}.accept_index", verdict.accept_index, ndim=2, dtypes=checks.INDEX_DTYPES)
+    rows, width = accept_index.shape
+    if width < 1:
+        raise InvalidInput(f"{name}.accept_index", "at least one column (S + 1 >= 1)", f"shape {tuple(accept_index.shape)}")
+    device = accept_index.device
+    predict = checks.tensor(f"{name}.predict", verdict.predict, ndim=1, dtypes=checks.INDEX_DTYPES, device=device)
+    checks.tensor(f"{name}.accept_lens", verdict.accept_lens, dtypes=checks.INDEX_DTYPES, device=device, shape=(rows,))
+    checks.tensor(f"{name}.num_correct", verdict.num_correct, dtypes=checks.INDEX_DTYPES, device=device, shape=(rows,))
+    if rows and predict.shape[0] % rows:
+        raise InvalidInput(f"{name}.predict", f"bs*N rows (a multiple of bs = {rows})", f"shape {tuple(predict.shape)}")
+    if value_checks_enabled() and rows:
+        _check_verdict_values(name, verdict)
+    return verdict
+
+
+def _check_verdict_values(name: str, verdict: Verdict) -> None:
+    rows, width = verdict.accept_index.shape
+    nodes = verdict.predict.shape[0] // rows
+    lens = verdict.accept_lens.long().cpu()
+    if ((lens < 1) | (lens > min(width, nodes))).any():
+        raise InvalidInput(f"{name}.accept_lens", f"values in [1, min(S+1, N)] = [1, {min(width, nodes)}]", lens.tolist())
+    index = verdict.accept_index.long().cpu()
+    used = torch.arange(width)[None, :] < lens[:, None]
+    local = index - torch.arange(rows)[:, None] * nodes
+    if (used & ((local < 0) | (local >= nodes))).any():
+        raise InvalidInput(f"{name}.accept_index", "global node ids b*N + j of the request's own block", "an id outside it")
+
+
+def check_single_out(out, shape: tuple, dtype: torch.dtype, device: torch.device) -> None:
+    """An optional ``out=`` tensor: contiguous, of the given shape, dtype and device."""
+    if out is None:
+        return
+    checks.tensor("out", out, dtypes=(dtype,), device=device, shape=shape)
+    if not out.is_contiguous():
+        raise InvalidInput("out", "a contiguous tensor", f"strides {out.stride()}")
+
+
+def check_bonus_tokens(verdict, *, out=None) -> None:
+    verdict = check_verdict("verdict", verdict)
+    check_single_out(out, (verdict.batch_size,), verdict.predict.dtype, verdict.device)
+
+
+@register_op("bonus_tokens", family="compaction", check=check_bonus_tokens)
+def bonus_tokens(verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The last emitted token of each request: the root of its next tree (P12).
+
+    Args:
+        verdict: a Verdict; predict (bs*N,), accept_index (bs, S+1), accept_lens (bs,), int32/int64.
+        out: optional contiguous (bs,) buffer of predict's dtype.
+
+    Returns:
+        (bs,) tensor of predict's dtype: ``predict[accept_index[b, accept_lens[b] - 1]]``. The
+        accept width S+1 is ``accept_index.shape[1]``; it is never passed separately.
+    """
+    rows = verdict.batch_size
+    last_rank = (verdict.accept_lens.long() - 1).view(rows, 1)
+    last_node = verdict.accept_index.long().gather(1, last_rank).view(rows)
+    result = verdict.predict[last_node]
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
+def check_compact_accepted(x, verdict, *, out=None) -> None:
+    verdict = check_verdict("verdict", verdict)
+    x = checks.tensor("x", x, dtypes=COMPACT_DTYPES, device=verdict.device)
+    if x.dim() < 1 or x.shape[0] != verdict.predict.shape[0]:
+        raise InvalidInput("x", f"a node-indexed tensor with bs*N = {verdict.predict.shape[0]} rows", f"shape {tuple(x.shape)}")
+    if out is not None:
+        check_single_out(out, tuple(x.shape), x.dtype, verdict.device)
+        if out.numel() and out.data_ptr() == x.data_ptr():
+            raise InvalidInput("out", "a buffer other than x (compaction reads rows it overwrites)", "x itself")
+
+
+@register_op("compact_accepted", family="compaction", check=check_compact_accepted)
+def compact_accepted(x: torch.Tensor, verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Move each request's accepted path to the front of its block of rows (P14).
+
+    Args:
+        x: (bs*N, ...) node-indexed tensor of any float or integer dtype (predict (bs*N,) int32,
+            target hidden states (bs*N, H) bf16/fp32, ...); any strides.
+        verdict: the Verdict whose accept_index (bs, S+1) global node ids select the rows.
+        out: optional contiguous buffer shaped and typed like x (not x itself).
+
+    Returns:
+        A tensor like x where rows ``b*N + r`` for ``r < accept_lens[b]`` hold
+        ``x[accept_index[b, r]]`` (root, accepted drafts, in order) and every other row is x's.
+    """
+    rows, width = verdict.accept_index.shape
+    result = x.clone(memory_format=torch.contiguous_format) if out is None else out.copy_(x)
+    if rows == 0:
+        return result
+    nodes = x.shape[0] // rows
+    columns = min(width, nodes)  # an accepted path never has more than N nodes
+    ranks = torch.arange(columns, device=x.device)
+    moved = ranks[None, :] < verdict.accept_lens.long()[:, None]
+    destination = torch.arange(rows, device=x.device)[:, None] * nodes + ranks[None, :]
+    # Rows past the accepted path copy themselves, so the copy needs no data-dependent shapes.
+    source = torch.where(moved, verdict.accept_index[:, :columns].long(), destination)
+    result[destination.reshape(-1)] = x[source.reshape(-1)]
+    return result
