@@ -19,6 +19,8 @@ _LAZY = {
     "available_backends": ("spec_hal.selection", "available_backends"),
     "explain": ("spec_hal.explain", "explain"),
     "Backend": ("spec_hal.backend", "Backend"),
+    "run_draft": ("spec_hal.draft_loop", "run_draft"),
+    "draft_step": ("spec_hal.draft_loop", "draft_step"),
 }
 
 __all__ = [
@@ -29,6 +31,9 @@ __all__ = [
     "UnsupportedOnBackend",
     *_LAZY,
     "draft_topk",
+    "expand_tree",
+    "organize_draft",
+    "build_tree",
 ]
 
 

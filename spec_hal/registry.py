@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 # Family modules, imported on first use of the registry (never at `import spec_hal`).
-FAMILY_MODULES = ("spec_hal.topk",)
+FAMILY_MODULES = ("spec_hal.topk", "spec_hal.tree")
 
 
 @dataclass(frozen=True)
