@@ -106,6 +106,10 @@ class TreeRecord:
     tokens: torch.Tensor
     parents: torch.Tensor
 
+    @property
+    def device(self) -> torch.device:
+        return self.scores.device
+
 
 @dataclass(frozen=True)
 class Expansion:
