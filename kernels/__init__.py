@@ -14,7 +14,7 @@ import importlib
 import os
 from typing import Optional
 
-KERNEL_MODULES = ("spec_hal.kernels.topk",)
+KERNEL_MODULES = ("spec_hal.kernels.topk", "spec_hal.kernels.tree")
 
 _loaded_mode: Optional[str] = None
 
