@@ -30,7 +30,15 @@ def _grid():
                 if not feasible(topk, steps, nodes):
                     continue
                 for bs in BATCHES:
-                    yield pytest.param(bs, topk, steps, nodes, id=f"bs{bs}-K{topk}-S{steps}-N{nodes}")
+                    marks = (pytest.mark.spec_hal_full,) if bs == 64 and nodes >= 32 else ()
+                    yield pytest.param(bs, topk, steps, nodes, marks=marks, id=f"bs{bs}-K{topk}-S{steps}-N{nodes}")
+
+
+def _modes_to_run(bs: int, nodes: int, case_seed: int) -> tuple:
+    """All three mask modes for small batches; one per case (rotating) at bs = 64, where the
+    interpreter's cost per program dominates and the modes already agree on the small batches."""
+    modes = tuple(mode for mode in MASK_MODES if not (mode == "bitpacked" and nodes > 32))
+    return modes if bs < 64 else (modes[case_seed % len(modes)],)
 
 
 def _embedded_1d(values: torch.Tensor, device) -> torch.Tensor:
@@ -85,13 +93,13 @@ def _link_parents(next_token: list, next_sibling: list) -> dict:
 
 
 def check_tree_invariants(tree, inputs, *, all_reachable: bool) -> None:
-    """P5 invariants of a qlen-mode tree, derived from its own links (not from the reference)."""
+    """P5 invariants of a tree in any mask mode, derived from its own links (not from the reference)."""
     bs, num_nodes = inputs.selected.shape[0], inputs.num_nodes
     assert torch.equal(tree.retrieve_index.cpu(), torch.arange(bs * num_nodes).view(bs, num_nodes))
     tokens = torch.cat([inputs.roots[:, None], inputs.draft_tokens], dim=1).reshape(-1)
     assert torch.equal(tree.tokens.cpu(), tokens), "tokens are not [root, drafts...] per request"
     next_token, next_sibling = tree.retrieve_next_token.cpu().tolist(), tree.retrieve_next_sibling.cpu().tolist()
-    positions, mask = tree.positions.cpu().view(bs, num_nodes), tree.mask.cpu()
+    positions, mask = tree.positions.cpu().view(bs, num_nodes), qlen_mask(tree, inputs.seq_lens)
     nodes = torch.arange(num_nodes)
     assert not (mask & (nodes[None, :] > nodes[:, None])).any(), "the mask is not lower-triangular in node order"
     for b in range(bs):
@@ -111,22 +119,31 @@ def check_tree_invariants(tree, inputs, *, all_reachable: bool) -> None:
             assert row == sorted(ancestors), f"request {b} node {node}: mask row {row}, expected root+ancestors+self {sorted(ancestors)}"
 
 
-def check_mask_modes_agree(qlen_tree, full_tree, bitpacked_tree, seq_lens: torch.Tensor) -> None:
-    mask = qlen_tree.mask.cpu()
-    bs, num_nodes, _ = mask.shape
-    flat, start = full_tree.mask.cpu(), 0
-    assert flat.dtype == torch.bool and flat.numel() == num_nodes * int(seq_lens.sum()) + bs * num_nodes * num_nodes
+def qlen_mask(tree, seq_lens: torch.Tensor) -> torch.Tensor:
+    """The (bs, N, N) tree part of a mask in any mode; checks the layout of full and bit-packed masks."""
+    bs, num_nodes = tree.retrieve_index.shape
+    mask = tree.mask.cpu()
+    if tree.mask_mode == "qlen":
+        assert mask.dtype == torch.bool and mask.shape == (bs, num_nodes, num_nodes)
+        return mask
+    if tree.mask_mode == "bitpacked":
+        assert mask.dtype == bitpacked_dtype(num_nodes) and mask.shape == (bs, num_nodes)
+        return ((mask.to(torch.int64)[:, :, None] >> torch.arange(num_nodes)) & 1).bool()
+    assert mask.dtype == torch.bool and mask.numel() == num_nodes * int(seq_lens.sum()) + bs * num_nodes * num_nodes
+    blocks, start = [], 0
     for b in range(bs):
         seq_len = int(seq_lens[b])
-        block = flat[start:start + num_nodes * (seq_len + num_nodes)].view(num_nodes, seq_len + num_nodes)
+        block = mask[start:start + num_nodes * (seq_len + num_nodes)].view(num_nodes, seq_len + num_nodes)
         assert block[:, :seq_len].all(), f"request {b}: full-mask prefix columns are not all True"
-        assert torch.equal(block[:, seq_len:], mask[b]), f"request {b}: full-mask tree part differs from qlen"
+        blocks.append(block[:, seq_len:])
         start += block.numel()
-    if bitpacked_tree is not None:
-        bits = bitpacked_tree.mask.cpu()
-        assert bits.dtype == bitpacked_dtype(num_nodes) and bits.shape == (bs, num_nodes)
-        unpacked = (bits.to(torch.int64)[:, :, None] >> torch.arange(num_nodes)) & 1
-        assert torch.equal(unpacked.bool(), mask), "bit-packed rows differ from the qlen mask"
+    return torch.stack(blocks) if blocks else torch.zeros(0, num_nodes, num_nodes, dtype=torch.bool)
+
+
+def check_mask_modes_agree(trees: dict, seq_lens: torch.Tensor) -> None:
+    masks = {mode: qlen_mask(tree, seq_lens) for mode, tree in trees.items()}
+    for mode, mask in masks.items():
+        assert torch.equal(mask, masks["qlen"]), f"the {mode} mask differs from the qlen mask"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,16 +238,16 @@ def test_build_tree_golden(backend, mask_mode):
 @pytest.mark.spec_hal_op("build_tree")
 @pytest.mark.parametrize("bs, topk, steps, nodes", list(_grid()))
 def test_build_tree_random(backend, bs, topk, steps, nodes):
+    seed = bs * 1000 + topk * 100 + steps * 10 + nodes
     pattern = "ties" if (bs + topk + steps) % 2 else "random"
-    inputs = random_draft_tree(bs, topk=topk, num_steps=steps, num_draft_tokens=nodes, seed=bs * 1000 + topk * 100 + steps * 10 + nodes, pattern=pattern)
+    inputs = random_draft_tree(bs, topk=topk, num_steps=steps, num_draft_tokens=nodes, seed=seed, pattern=pattern)
     trees = {}
-    for mask_mode in MASK_MODES:
-        if mask_mode == "bitpacked" and nodes > 32:
-            continue
+    for mask_mode in _modes_to_run(bs, nodes, seed):
         trees[mask_mode] = _build(backend, inputs, mask_mode)
         _assert_same_tree(trees[mask_mode], inputs.build(mask_mode=mask_mode), f"build_tree mask_mode={mask_mode}")
-    check_tree_invariants(trees["qlen"], inputs, all_reachable=True)
-    check_mask_modes_agree(trees["qlen"], trees["full"], trees.get("bitpacked"), inputs.seq_lens)
+    check_tree_invariants(next(iter(trees.values())), inputs, all_reachable=True)
+    if len(trees) > 1:
+        check_mask_modes_agree(trees, inputs.seq_lens)
 
 
 @pytest.mark.spec_hal_op("build_tree")
@@ -284,7 +301,7 @@ def test_build_tree_missing_parent(backend, topk, steps, nodes):
         trees[mask_mode] = _build(backend, inputs, mask_mode, margin_value=margin)
         _assert_same_tree(trees[mask_mode], inputs.build(mask_mode=mask_mode), f"missing parent, mask_mode={mask_mode}")
     check_tree_invariants(trees["qlen"], inputs, all_reachable=False)
-    check_mask_modes_agree(trees["qlen"], trees["full"], trees.get("bitpacked"), inputs.seq_lens)
+    check_mask_modes_agree(trees, inputs.seq_lens)
     orphan = 1 + inputs.selected[0].tolist().index(int(orphans[0]))
     next_token, next_sibling = trees["qlen"].retrieve_next_token.cpu(), trees["qlen"].retrieve_next_sibling.cpu()
     assert not (next_token[0] == orphan).any() and not (next_sibling[0] == orphan).any(), "the orphan node is linked"
