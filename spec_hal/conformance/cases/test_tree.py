@@ -224,11 +224,9 @@ def test_build_tree_golden(backend, mask_mode):
     elif mask_mode == "bitpacked":
         weights = 1 << torch.arange(8)
         assert tree.mask.cpu().tolist() == (mask.long() * weights).sum(-1).tolist()
-    else:
-        flat = tree.mask.cpu()
-        assert flat.numel() == 8 * 15 + 2 * 64
-        assert torch.equal(flat[:8 * 13].view(8, 13)[:, 5:], mask[0]) and flat[:8 * 13].view(8, 13)[:, :5].all()
-        assert torch.equal(flat[8 * 13:].view(8, 18)[:, 10:], mask[1]) and flat[8 * 13:].view(8, 18)[:, :10].all()
+    else:  # blocks of 8 x (5 + 8) and 8 x (10 + 8), prefix columns True
+        assert tree.mask.numel() == 8 * 15 + 2 * 64
+        assert torch.equal(qlen_mask(tree, torch.tensor([5, 10])), mask), "full-mask tree columns differ from the golden"
 
 
 # ---------------------------------------------------------------------------------------------
