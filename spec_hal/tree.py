@@ -282,8 +282,7 @@ def child_links(parent: torch.Tensor, reachable: torch.Tensor) -> tuple[torch.Te
     later_sibling = (linked_parent[:, None, :] == linked_parent[:, :, None]) & (nodes[None, :] > nodes[:, None])
     later_sibling &= (linked_parent >= 0)[:, :, None]
     next_sibling = torch.where(later_sibling, nodes, num_nodes).min(dim=2).values
-    none = torch.tensor(-1, device=parent.device)
-    return torch.where(first_child < num_nodes, first_child, none), torch.where(next_sibling < num_nodes, next_sibling, none)
+    return torch.where(first_child < num_nodes, first_child, -1), torch.where(next_sibling < num_nodes, next_sibling, -1)
 
 
 def pack_mask_bits(mask: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ from spec_hal.conformance.cases import test_draft_loop as loop_cases
 from spec_hal.conformance.cases import test_tree as tree_cases
 from spec_hal.draft_loop import run_draft
 from spec_hal.selection import get_backend
-from spec_hal.testing import EagleDraftModel
+from spec_hal.testing import ChainedMtpDraftModel, EagleDraftModel
 from spec_hal.tree import build_tree as reference_build_tree
 from spec_hal.types import DraftResult
 
@@ -184,4 +184,19 @@ def test_buggy_drivers_change_the_drafted_tokens():
     for mistake in (dict(position_offset=1), dict(hidden_source="first"), dict(hidden_source="own_lane")):
         wrong = drafted(buggy_driver(**mistake))
         changed_requests = (wrong != correct).any(dim=1).float().mean().item()
+        assert changed_requests >= 0.5, f"{mistake}: only {changed_requests:.0%} of requests drafted different tokens"
+
+
+def test_chained_mtp_hidden_mistake_changes_the_drafted_tokens():
+    cpu = get_backend("cpu")
+    model = ChainedMtpDraftModel(num_layers=4, seed=5)
+    state = loop_cases.make_state(16, 1, seed=5, device="cpu")
+
+    def drafted(driver, **kwargs):
+        result = driver(model, state, steps=5, topk=1, backend=cpu, **kwargs)
+        return cpu.organize_draft(result.records, 6)[2]
+
+    correct = drafted(run_draft, chain_hidden=True)
+    for mistake in (dict(position_offset=1), dict(hidden_source="first")):
+        changed_requests = (drafted(buggy_driver(**mistake)) != correct).any(dim=1).float().mean().item()
         assert changed_requests >= 0.5, f"{mistake}: only {changed_requests:.0%} of requests drafted different tokens"

@@ -4,7 +4,7 @@ Sizes are small (V = 64, H = 16 by default) so that the models run in microsecon
 weights are scaled so that a logit gap between the best tokens is typically of order one: a
 position off by one (RoPE rotates the token embedding by ``position * frequency`` with a lowest
 frequency of one radian) or a wrong hidden state changes the drafted tokens, which the tests
-prove (tests/test_testing_models.py).
+prove (tests/test_tree_cases_catch_bugs.py::test_buggy_drivers_change_the_drafted_tokens).
 """
 from __future__ import annotations
 
