@@ -20,6 +20,7 @@ KERNEL_MODULES = (
     "spec_hal.kernels.verify",
     "spec_hal.kernels.compaction",
     "spec_hal.kernels.kv",
+    "spec_hal.kernels.tree",
 )
 
 _loaded_mode: Optional[str] = None

@@ -52,6 +52,8 @@ _LAZY = {
     "Backend": ("spec_hal.backend", "Backend"),
     "GraphRunner": ("spec_hal.graphs", "GraphRunner"),
     "GraphCaptureWarning": ("spec_hal.graphs", "GraphCaptureWarning"),
+    "run_draft": ("spec_hal.draft_loop", "run_draft"),
+    "draft_step": ("spec_hal.draft_loop", "draft_step"),
 }
 
 __all__ = [
@@ -74,6 +76,9 @@ __all__ = [
     "accepted_kv_moves",
     "move_kv",
     "assign_draft_slots",
+    "expand_tree",
+    "organize_draft",
+    "build_tree",
 ]
 
 

@@ -23,6 +23,8 @@ def _first_tensor_device(args, kwargs) -> torch.device:
             for item in value:
                 if isinstance(item, torch.Tensor):
                     return item.device
+                if isinstance(getattr(item, "device", None), torch.device):  # e.g. a list of TreeRecord
+                    return item.device
         device = getattr(value, "device", None)  # result objects (DraftTree, Verdict, ...)
         if isinstance(device, torch.device):
             return device

@@ -22,6 +22,7 @@ FAMILY_MODULES = (
     "spec_hal.verify",
     "spec_hal.compaction",
     "spec_hal.kv",
+    "spec_hal.tree",
 )
 
 

@@ -88,3 +88,84 @@ class Verdict:
     @property
     def device(self) -> torch.device:
         return self.accept_index.device
+
+
+@dataclass(frozen=True)
+class TreeRecord:
+    """What one draft step contributes to the candidate list (P2 "tree_info", P4 input).
+
+    Candidate-list ("ss") layout per request: step-0 candidates at [0, K); step-i candidates
+    (i >= 1) at [K + K^2 (i-1), K + K^2 i), row-major (parent lane r, child c).
+
+    scores:  (bs, K) at step 0, (bs, K*K) later; float32 path scores (products of probabilities).
+    tokens:  same shape, int64 token ids of the candidates.
+    parents: (bs, K+1) int64 ``[-1, 0, ..., K-1]`` at step 0; (bs, K) later: the candidate-list
+             indices of the K candidates this step selected (the parents of the next step).
+    """
+
+    scores: torch.Tensor
+    tokens: torch.Tensor
+    parents: torch.Tensor
+
+    @property
+    def device(self) -> torch.device:
+        return self.scores.device
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """One level of EAGLE beam expansion (``expand_tree``, P2).
+
+    input_ids:   (bs*K,) int64  the token each lane feeds to the next draft forward.
+    scores:      (bs, K) float32 path score of each lane (the input ``scores`` of the next step).
+    hidden_rows: (bs*K,) int64  the row of the step's input hidden that each lane continues
+                 (step 0: the request ``b``; later: the parent lane ``b*K + choice // K``).
+    hidden:      (bs*K, H) the gathered hidden states (``hidden[hidden_rows]``), or None.
+    record:      the step's :class:`TreeRecord`.
+    """
+
+    input_ids: torch.Tensor
+    scores: torch.Tensor
+    hidden_rows: torch.Tensor
+    hidden: Optional[torch.Tensor]
+    record: TreeRecord
+
+
+@dataclass(frozen=True)
+class DraftState:
+    """Input of ``run_draft``: what the draft extend (or the previous verify) left behind.
+
+    roots:     (bs,) int32/int64 the root token of each tree (the bonus token of the last verify).
+    positions: (bs,) int64 absolute position of each root = the committed length ``seq_lens``.
+               By the EAGLE shift, draft forward i runs at RoPE position ``positions + i``.
+    probs:     (bs, K) float32 top-k probabilities of the first draft token (from draft extend).
+    ids:       (bs, K) int64 their token ids.
+    hidden:    (bs, H) floating hidden state feeding the first draft forward, or None.
+    """
+
+    roots: torch.Tensor
+    positions: torch.Tensor
+    probs: torch.Tensor
+    ids: torch.Tensor
+    hidden: Optional[torch.Tensor] = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.probs.device
+
+
+@dataclass(frozen=True)
+class DraftResult:
+    """Output of ``run_draft``: feeds ``organize_draft(result.records, N)`` and then ``build_tree``.
+
+    records: one :class:`TreeRecord` per draft step (S of them).
+    hidden:  (bs*K, H) hidden state produced by the last draft forward (None when S == 1 or the
+             model has no hidden state).
+    """
+
+    records: tuple
+    hidden: Optional[torch.Tensor]
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.records)

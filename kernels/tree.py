@@ -1,0 +1,214 @@
+"""Triton kernel of family ``tree``: ``build_tree`` in one launch. Semantics: spec_hal/tree.py.
+
+One program per request holds the whole tree in registers as N_PAD x N_PAD matrices (N <= 64, so
+at most 4096 elements): row i is node i, column j is node j.
+
+1. Parent search: node i's candidate ``c = selected[i-1]`` has a parent slot ``c // K``; its
+   parent node is the first j with ``selected[j-1] == parents[c // K]``, found as a masked min
+   over the row. The search covers exactly the N-1 selected entries and a slot outside
+   ``[1, parents.shape[1])`` is never loaded, so a missing parent cannot cause a read past a row.
+2. Ancestor walk, all nodes at once, at most S steps: ``up = parent[current]`` is a gather from a
+   register vector, done as a one-hot masked sum over the row. Each step sets column ``up`` of
+   the mask row; the walk stops at the root (reachable) or at a missing parent (unreachable).
+3. Links over reachable nodes only: ``next_token[p]`` = the smallest child of p, ``next_sibling[i]``
+   = the smallest later node with the same parent: two masked mins, no serial list building.
+4. Stores: tokens, positions = seq_len + depth, retrieve_index, links and the mask in its mode
+   (qlen bool rows, full bool rows at ``block_start + row * (seq_len + N) + seq_len``, or one
+   packed integer per row).
+
+``expand_tree`` and ``organize_draft`` have no kernel: they are a handful of small, static-shaped
+torch ops (a product, a stable sort of at most K + (S-1) K^2 <= 4160 scores per request, gathers)
+with no host read, so they are already graph-capturable, and under a captured graph their launch
+overhead disappears; a kernel would only duplicate the stable-sort tie rule. The Triton backends
+run their reference on the device (``explain()`` lists them as reference providers).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from spec_hal.tree import bitpacked_dtype, full_mask_block_starts, full_mask_numel, tree_num_steps
+from spec_hal.types import DraftTree
+
+from .launch import KernelTarget
+
+MASK_QLEN, MASK_FULL, MASK_BITPACKED = 0, 1, 2
+_MASK_CODES = {"qlen": MASK_QLEN, "full": MASK_FULL, "bitpacked": MASK_BITPACKED}
+
+
+@triton.jit
+def _build_tree_kernel(
+    roots_ptr, roots_stride,
+    parents_ptr, parents_stride,
+    selected_ptr, selected_stride,
+    draft_tokens_ptr, draft_tokens_stride,
+    seq_lens_ptr, seq_lens_stride,
+    block_starts_ptr,
+    tokens_ptr, positions_ptr, retrieve_index_ptr, next_token_ptr, next_sibling_ptr, mask_ptr,
+    parent_columns, topk, num_steps,
+    N: tl.constexpr,
+    N_PAD: tl.constexpr,
+    MASK_MODE: tl.constexpr,
+):
+    request = tl.program_id(0).to(tl.int64)
+    node = tl.arange(0, N_PAD)
+    row = node[:, None]
+    col = node[None, :]
+    is_node = node < N
+    is_draft = (node >= 1) & is_node
+
+    # 1. Parent node of every node: 0 for root children, -1 for none (and the root itself).
+    candidate = tl.load(selected_ptr + request * selected_stride + (node - 1), mask=is_draft, other=-1).to(tl.int64)
+    root_child = (candidate >= 0) & (candidate < topk)
+    slot = tl.where(candidate >= 0, candidate, 0) // topk
+    has_slot = is_draft & (candidate >= topk) & (slot < parent_columns)
+    parent_candidate = tl.load(parents_ptr + request * parents_stride + slot, mask=has_slot, other=-1)
+    match = (parent_candidate[:, None] == candidate[None, :]) & has_slot[:, None] & (col >= 1) & (col < N)
+    first_match = tl.min(tl.where(match, col, N_PAD), axis=1)
+    parent = tl.where(root_child, 0, tl.where(first_match < N_PAD, first_match, -1))
+    parent = tl.where(is_draft, parent, -1)
+
+    # 2. Ancestor walk, bounded by S steps.
+    in_mask = ((col == 0) | (col == row)) & (row < N)
+    current = node
+    walking = is_draft
+    reachable = node == 0
+    for _ in range(num_steps):
+        up = tl.sum(tl.where(col == current[:, None], parent[None, :], 0), axis=1)
+        reachable = reachable | (walking & (up == 0))
+        walking = walking & (up > 0)
+        in_mask = in_mask | ((col == up[:, None]) & walking[:, None])
+        current = tl.where(walking, up, current)
+    depth = tl.sum(in_mask.to(tl.int32), axis=1) - 1
+
+    # 3. Links over reachable nodes, children and siblings in ascending node order.
+    linked_parent = tl.where(reachable & is_draft, parent, -2)
+    first_child = tl.min(tl.where(linked_parent[None, :] == row, col, N_PAD), axis=1)
+    later_sibling = (linked_parent[None, :] == linked_parent[:, None]) & (col > row) & (linked_parent[:, None] >= 0)
+    next_sibling = tl.min(tl.where(later_sibling, col, N_PAD), axis=1)
+
+    # 4. Stores.
+    out = request * N + node
+    root = tl.load(roots_ptr + request * roots_stride).to(tl.int64)
+    draft = tl.load(draft_tokens_ptr + request * draft_tokens_stride + (node - 1), mask=is_draft, other=0).to(tl.int64)
+    seq_len = tl.load(seq_lens_ptr + request * seq_lens_stride).to(tl.int64)
+    tl.store(tokens_ptr + out, tl.where(node == 0, root, draft), mask=is_node)
+    tl.store(positions_ptr + out, seq_len + depth, mask=is_node)
+    tl.store(retrieve_index_ptr + out, out, mask=is_node)
+    tl.store(next_token_ptr + out, tl.where(first_child < N_PAD, first_child, -1).to(tl.int64), mask=is_node)
+    tl.store(next_sibling_ptr + out, tl.where(next_sibling < N_PAD, next_sibling, -1).to(tl.int64), mask=is_node)
+    in_tree = (row < N) & (col < N)
+    if MASK_MODE == 0:
+        tl.store(mask_ptr + request * (N * N) + row * N + col, in_mask.to(tl.uint8), mask=in_tree)
+    elif MASK_MODE == 1:
+        block_start = tl.load(block_starts_ptr + request)
+        tl.store(mask_ptr + block_start + row * (seq_len + N) + seq_len + col, in_mask.to(tl.uint8), mask=in_tree)
+    else:
+        bits = tl.sum(tl.where(in_mask & (col < N), tl.full((1, N_PAD), 1, tl.int64) << col.to(tl.int64), 0), axis=1)
+        tl.store(mask_ptr + out, bits, mask=is_node)
+
+
+@dataclass(frozen=True)
+class TreeLaunch:
+    padded_nodes: int
+    num_warps: int
+
+
+def launch_config(target: KernelTarget, num_nodes: int) -> TreeLaunch:
+    """Warps per program from the N_PAD^2 matrix size: about 8 elements per lane, at most 4 warps
+    of 32 (NVIDIA) or 2 wavefronts of 64 (AMD); the interpreter runs one program at a time."""
+    padded = max(triton.next_power_of_2(num_nodes), 2)
+    if target.vendor == "interpreter":
+        return TreeLaunch(padded, 1)
+    lanes_wanted = max(padded * padded // 8, target.warp_size)
+    return TreeLaunch(padded, min(max(lanes_wanted // target.warp_size, 1), 128 // target.warp_size))
+
+
+def _mask_buffer(mask_mode: str, bs: int, num_nodes: int, seq_lens: torch.Tensor, seq_lens_sum: Optional[int]) -> torch.Tensor:
+    device = seq_lens.device
+    if mask_mode == "qlen":
+        return torch.empty((bs, num_nodes, num_nodes), dtype=torch.bool, device=device)
+    if mask_mode == "full":  # prefix columns are True; the kernel writes the tree columns
+        return torch.ones(full_mask_numel(seq_lens, num_nodes, seq_lens_sum), dtype=torch.bool, device=device)
+    return torch.empty((bs, num_nodes), dtype=bitpacked_dtype(num_nodes), device=device)
+
+
+def build_tree(
+    roots: torch.Tensor,
+    parents: torch.Tensor,
+    selected: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    topk: int,
+    mask_mode: str = "qlen",
+    seq_lens_sum: Optional[int] = None,
+    target: KernelTarget,
+) -> DraftTree:
+    """Triton provider of ``build_tree`` (arguments validated by the caller; see spec_hal.tree)."""
+    bs, drafts = selected.shape
+    num_nodes = drafts + 1
+    num_steps = tree_num_steps(parents.shape[1], topk)
+    device = selected.device
+    tokens = torch.empty(bs * num_nodes, dtype=torch.int64, device=device)
+    positions = torch.empty(bs * num_nodes, dtype=torch.int64, device=device)
+    links = torch.empty((3, bs, num_nodes), dtype=torch.int64, device=device)  # index, next token, next sibling
+    mask = _mask_buffer(mask_mode, bs, num_nodes, seq_lens, seq_lens_sum)
+    tree = DraftTree(tokens, positions, links[0], links[1], links[2], mask, mask_mode, num_steps)
+    if bs == 0:
+        return tree
+    block_starts = full_mask_block_starts(seq_lens, num_nodes) if mask_mode == "full" else positions
+    config = launch_config(target, num_nodes)
+    parents_or_placeholder = parents if parents.shape[1] else selected  # an empty tensor may have no address
+    _build_tree_kernel[(bs,)](
+        roots, roots.stride(0), parents_or_placeholder, parents.stride(0), selected, selected.stride(0),
+        draft_tokens, draft_tokens.stride(0), seq_lens, seq_lens.stride(0), block_starts,
+        tokens, positions, links[0], links[1], links[2], mask.view(torch.uint8) if mask.dtype == torch.bool else mask,
+        parents.shape[1], topk, num_steps,
+        N=num_nodes, N_PAD=config.padded_nodes, MASK_MODE=_MASK_CODES[mask_mode], num_warps=config.num_warps,
+    )
+    return tree
+
+
+PROVIDERS = {"build_tree": (build_tree, "kernels/tree.py: one program per request, links and mask as N x N register tiles")}
+
+_MASK_POINTER = {"qlen": "*u8", "full": "*u8"}
+_BITPACKED_POINTER = {torch.uint8: "*u8", torch.int16: "*i16", torch.int32: "*i32"}
+
+
+def compile_specs(target: KernelTarget):
+    """Every (kernel, signature, constexprs, num_warps) the host function launches on ``target``
+    for N in {2, 4, 8, 16, 32, 64}, each mask mode and int32/int64 roots, draft tokens, seq_lens."""
+    specs = []
+    for num_nodes in (2, 4, 8, 16, 32, 64):
+        config = launch_config(target, num_nodes)
+        for mask_mode in ("qlen", "full", "bitpacked"):
+            if mask_mode == "bitpacked" and num_nodes > 32:
+                continue
+            mask_pointer = _MASK_POINTER.get(mask_mode) or _BITPACKED_POINTER[bitpacked_dtype(num_nodes)]
+            for index_type in ("i32", "i64"):
+                signature = {
+                    "roots_ptr": f"*{index_type}", "roots_stride": "i64", "parents_ptr": "*i64", "parents_stride": "i64",
+                    "selected_ptr": "*i64", "selected_stride": "i64", "draft_tokens_ptr": f"*{index_type}",
+                    "draft_tokens_stride": "i64", "seq_lens_ptr": f"*{index_type}", "seq_lens_stride": "i64",
+                    "block_starts_ptr": "*i64", "tokens_ptr": "*i64", "positions_ptr": "*i64", "retrieve_index_ptr": "*i64",
+                    "next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "mask_ptr": mask_pointer,
+                    "parent_columns": "i32", "topk": "i32", "num_steps": "i32",
+                    "N": "constexpr", "N_PAD": "constexpr", "MASK_MODE": "constexpr",
+                }
+                constexprs = {"N": num_nodes, "N_PAD": config.padded_nodes, "MASK_MODE": _MASK_CODES[mask_mode]}
+                specs.append((_build_tree_kernel, signature, constexprs, config.num_warps))
+    return specs
+
+
+def describe_launch(target: KernelTarget) -> list[str]:
+    lines = []
+    for num_nodes in (4, 8, 32, 64):
+        config = launch_config(target, num_nodes)
+        lines.append(f"build_tree N={num_nodes}: grid (bs,), N_PAD={config.padded_nodes}, "
+                     f"{config.num_warps} warps x {target.warp_size} lanes")
+    return lines

@@ -1,0 +1,179 @@
+"""Conformance of the draft-loop driver ``run_draft`` (P17, P18; upstream bugs 1 and 2).
+
+A probe wraps a ``spec_hal.testing`` draft model and records what every forward receives. The
+checks take the driver as a parameter so that tests/ can prove that a driver with bug 1 or bug 2
+fails them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+import torch
+
+from spec_hal.conformance.guards import no_host_sync
+from spec_hal.draft_loop import run_draft
+from spec_hal.errors import InvalidInput
+from spec_hal.testing import ChainedMtpDraftModel, EagleDraftModel
+from spec_hal.topk import draft_topk as reference_draft_topk
+from spec_hal.tree import expand_tree as reference_expand_tree
+from spec_hal.types import DraftState
+
+pytestmark = pytest.mark.spec_hal_op("run_draft")
+
+STATE_FIELDS = ("roots", "positions", "probs", "ids", "hidden")
+
+
+@dataclass
+class Call:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    hidden: Optional[torch.Tensor]
+    step: int
+    hidden_out: torch.Tensor
+
+
+class ProbeModel:
+    """Records (cloned) inputs and output hidden of every forward of the wrapped draft model."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []
+
+    def __call__(self, input_ids, positions, hidden, step):
+        logits, hidden_out = self.model(input_ids, positions, hidden, step)
+        self.calls.append(Call(input_ids.cpu().clone(), positions.cpu().clone(), None if hidden is None else hidden.cpu().clone(),
+                               step, hidden_out.cpu().clone()))
+        return logits, hidden_out
+
+
+def make_state(bs: int, topk: int, *, seed: int, device, vocab: int = 64, hidden_size: int = 16) -> DraftState:
+    """A draft state as a draft extend leaves it: roots, root positions, first top-k, hidden."""
+    generator = torch.Generator().manual_seed(seed)
+    first_logits = torch.randn(bs, vocab, generator=generator, dtype=torch.float64) * 3
+    probs, ids = reference_draft_topk(first_logits, topk)
+    return DraftState(
+        roots=torch.randint(0, vocab, (bs,), generator=generator).to(device),
+        positions=torch.randint(0, 500, (bs,), generator=generator).to(device),
+        probs=probs.to(device),
+        ids=ids.to(device),
+        hidden=torch.randn(bs, hidden_size, generator=generator, dtype=torch.float64).to(device),
+    )
+
+
+def _run(driver, backend, model, state, **kwargs):
+    snapshot = {name: getattr(state, name).clone() for name in STATE_FIELDS}
+    with no_host_sync(backend.device):
+        result = driver(model, state, backend=backend, **kwargs)
+    for name in STATE_FIELDS:
+        assert torch.equal(getattr(state, name), snapshot[name]), f"run_draft changed the caller's state.{name}"
+    return result
+
+
+def check_positions(backend, *, steps: int, topk: int, driver=run_draft) -> None:
+    """Bug 1: forward i runs at root position + i; the caller's positions are unchanged."""
+    model = ProbeModel(EagleDraftModel(seed=steps))
+    state = make_state(5, topk, seed=10 * steps + topk, device=backend.device)
+    _run(driver, backend, model, state, steps=steps, topk=topk)
+    assert [call.step for call in model.calls] == list(range(steps - 1)), "the model was not called once per forward 0..S-2"
+    roots = state.positions.cpu().repeat_interleave(topk)
+    for index, call in enumerate(model.calls):
+        assert torch.equal(call.positions, roots + index), \
+            f"forward {index} ran at positions {call.positions[:4].tolist()}..., expected root + {index} = {(roots + index)[:4].tolist()}..."
+
+
+def check_chain_hidden(backend, *, steps: int, driver=run_draft) -> None:
+    """Bug 2: with chain_hidden, forward i+1 receives the hidden state forward i produced."""
+    model = ProbeModel(ChainedMtpDraftModel(num_layers=steps - 1, seed=steps))
+    state = make_state(4, 1, seed=steps, device=backend.device)
+    _run(driver, backend, model, state, steps=steps, topk=1, chain_hidden=True)
+    assert len(model.calls) == steps - 1
+    assert torch.equal(model.calls[0].hidden, state.hidden.cpu()), "forward 0 did not receive the state's hidden"
+    for index in range(1, steps - 1):
+        received, produced = model.calls[index].hidden, model.calls[index - 1].hidden_out
+        assert received is not None and torch.equal(received, produced), \
+            f"forward {index} did not receive the hidden state forward {index - 1} produced"
+
+
+def check_eagle_parent_lanes(backend, *, steps: int, topk: int, driver=run_draft) -> None:
+    """EAGLE: lane j of forward i receives forward i-1's hidden of its parent lane and the token
+    the expansion chose for it (both read from the step records of the result)."""
+    model = ProbeModel(EagleDraftModel(seed=7))
+    bs = 3
+    state = make_state(bs, topk, seed=topk + steps, device=backend.device)
+    result = _run(driver, backend, model, state, steps=steps, topk=topk)
+    assert torch.equal(model.calls[0].hidden, state.hidden.cpu().repeat_interleave(topk, dim=0)), \
+        "forward 0 did not receive each request's hidden on all K lanes"
+    for index in range(1, steps - 1):
+        record = result.records[index]  # expansion `index` chose the lanes of forward `index`
+        choice = record.parents.cpu() - (topk + topk * topk * (index - 1))
+        parent_rows = (torch.arange(bs)[:, None] * topk + choice // topk).reshape(-1)
+        expected_hidden = model.calls[index - 1].hidden_out[parent_rows]
+        assert torch.equal(model.calls[index].hidden, expected_hidden), f"forward {index}: a lane got another lane's hidden"
+        expected_ids = record.tokens.cpu().gather(1, choice).reshape(-1)
+        assert torch.equal(model.calls[index].input_ids, expected_ids), f"forward {index}: input ids are not the chosen tokens"
+
+
+def reference_draft(model, state: DraftState, *, steps: int, topk: int):
+    """The draft loop written out plainly with the reference ops on CPU (the oracle)."""
+    cpu = {name: None if getattr(state, name) is None else getattr(state, name).cpu() for name in STATE_FIELDS}
+    expansion = reference_expand_tree(0, None, cpu["probs"], cpu["ids"], hidden=cpu["hidden"])
+    records = [expansion.record]
+    for step in range(1, steps):
+        positions = cpu["positions"].repeat_interleave(topk) + (step - 1)
+        logits, hidden = model(expansion.input_ids, positions, expansion.hidden, step - 1)
+        probs, ids = reference_draft_topk(logits, topk)
+        expansion = reference_expand_tree(step, expansion.scores, probs, ids, hidden=hidden)
+        records.append(expansion.record)
+    return records
+
+
+@pytest.mark.parametrize("steps", (2, 3, 5))
+@pytest.mark.parametrize("topk", (1, 4))
+def test_run_draft_positions(backend, steps, topk):
+    check_positions(backend, steps=steps, topk=topk)
+
+
+@pytest.mark.parametrize("steps", (2, 3, 5))
+def test_run_draft_chain_hidden(backend, steps):
+    check_chain_hidden(backend, steps=steps)
+
+
+@pytest.mark.parametrize("steps, topk", [(3, 2), (5, 4), (4, 8)])
+def test_run_draft_eagle_parent_lanes(backend, steps, topk):
+    check_eagle_parent_lanes(backend, steps=steps, topk=topk)
+
+
+@pytest.mark.parametrize("bs, steps, topk, nodes", [(0, 3, 4, 8), (1, 1, 4, 5), (3, 3, 1, 4), (6, 5, 4, 8), (4, 5, 8, 32)])
+def test_run_draft_matches_reference_loop(backend, bs, steps, topk, nodes):
+    """The records equal the plain reference loop's, and feed organize_draft and build_tree."""
+    model = EagleDraftModel(seed=bs + steps)
+    state = make_state(bs, topk, seed=bs * 7 + steps, device=backend.device)
+    result = _run(run_draft, backend, model, state, steps=steps, topk=topk)
+    expected = reference_draft(model, state, steps=steps, topk=topk)
+    assert result.num_steps == steps == len(expected)
+    for index, (got, want) in enumerate(zip(result.records, expected)):
+        assert torch.equal(got.tokens.cpu(), want.tokens), f"step {index}: candidate tokens differ from the reference loop"
+        assert torch.equal(got.parents.cpu(), want.parents), f"step {index}: parents differ from the reference loop"
+        torch.testing.assert_close(got.scores.cpu(), want.scores, atol=1e-6, rtol=1e-5)
+    with no_host_sync(backend.device):
+        parents, selected, draft_tokens = backend.organize_draft(result.records, nodes)
+        tree = backend.build_tree(state.roots, parents, selected, draft_tokens, state.positions, topk=topk)
+    assert tree.tokens.shape == (bs * nodes,) and tree.num_steps == steps
+    assert torch.equal(tree.positions.cpu().view(bs, nodes)[:, 0], state.positions.cpu())
+
+
+def test_run_draft_rejects_bad_input(backend):
+    model = EagleDraftModel()
+    state = make_state(2, 4, seed=0, device=backend.device)
+    cases = [
+        ("state", lambda: run_draft(model, (state.probs, state.ids), steps=2, topk=4, backend=backend)),
+        ("topk", lambda: run_draft(model, state, steps=2, topk=2, backend=backend)),
+        ("steps", lambda: run_draft(model, state, steps=0, topk=4, backend=backend)),
+        ("chain_hidden", lambda: run_draft(model, state, steps=2, topk=4, chain_hidden=True, backend=backend)),
+        ("model", lambda: run_draft(lambda *args: args[0], state, steps=2, topk=4, backend=backend)),
+    ]
+    for argument, call in cases:
+        with pytest.raises(InvalidInput) as error:
+            call()
+        assert error.value.argument == argument
