@@ -81,8 +81,9 @@ def test_bug4_kv_moves_touch_only_accept_width(backend):
     cache = guarded_output((num_slots, 2), torch.float32, backend.device)
     cache.tensor.copy_(torch.arange(num_slots * 2, dtype=torch.float32).view(num_slots, 2))
     before = cache.tensor.cpu().clone()
+    src, dst = src.to(backend.device), dst.to(backend.device)
     with no_host_sync(backend.device):
-        backend.move_kv([cache.tensor], src.to(backend.device), dst.to(backend.device))
+        backend.move_kv([cache.tensor], src, dst)
     cache.assert_intact("cache")
     after = cache.tensor.cpu()
     for b, path in enumerate(round_.paths):
@@ -160,8 +161,9 @@ def test_move_kv_matches_reference(backend, kind, index_dtype):
     src, dst = _move_list(kind, num_slots, seed=11)
     guarded, strided, wide = _guarded_caches(values, backend.device)
     caches = [holder.tensor for holder in guarded] + [strided]
+    src_device, dst_device = src.to(index_dtype).to(backend.device), dst.to(index_dtype).to(backend.device)
     with no_host_sync(backend.device):
-        result = backend.move_kv(caches, src.to(index_dtype).to(backend.device), dst.to(index_dtype).to(backend.device))
+        result = backend.move_kv(caches, src_device, dst_device)
     assert result is None
     expected = [value.clone() for value in values] + [values[0].clone()]
     reference_move_kv(expected, src, dst)
@@ -214,8 +216,9 @@ def test_assign_draft_slots_matches_reference(backend, bs, steps, topk, page):
     table = embedded_input(table_cpu, backend.device, margin_value=-3)
     holes = (topk - 1) * (page - 1)
     outs = [guarded_output((bs * topk * steps,), torch.int32, backend.device)] + [guarded_output((bs * holes,), torch.int32, backend.device) for _ in range(2)]
+    pool_device, seq_device = pool_cpu.to(backend.device), seq_cpu.to(backend.device)
     with no_host_sync(backend.device):
-        backend.assign_draft_slots(table, req_pool_indices=pool_cpu.to(backend.device), seq_lens=seq_cpu.to(backend.device),
+        backend.assign_draft_slots(table, req_pool_indices=pool_device, seq_lens=seq_device,
                                    num_steps=steps, topk=topk, page_size=page, out=tuple(o.tensor for o in outs))
     for name, holder in zip(("out_cache_loc", "prefix_src", "prefix_dst"), outs):
         holder.assert_intact(name)

@@ -264,8 +264,9 @@ def test_commit_steps_match_reference(backend, bs, num_steps, topk, num_nodes, t
     seq_lens = torch.randint(0, 300, (bs,), generator=torch.Generator().manual_seed(seed), dtype=torch.int64)
     expected_last, expected_track = reference_steps(verdict, seq_lens, track_interval=track_interval)
     device = backend.device
+    verdict_device, seq_lens_device = _verdict_to(verdict, device), seq_lens.to(device)
     with no_host_sync(device):
-        last, track = backend.mamba_commit_steps(_verdict_to(verdict, device), seq_lens.to(device), track_interval=track_interval)
+        last, track = backend.mamba_commit_steps(verdict_device, seq_lens_device, track_interval=track_interval)
     assert last.dtype == torch.int32 and track.dtype == torch.int32 and last.shape == (bs,) and track.shape == (bs,)
     assert torch.equal(last.cpu(), expected_last) and torch.equal(track.cpu(), expected_track)
     if topk == 1:  # for a chain the tree-aware step equals accept_lens - 1

@@ -200,11 +200,13 @@ def _golden_mask(parent_of):
 def test_build_tree_golden(backend, mask_mode):
     device = backend.device
     (probs, ids), later = golden_steps()
+    probs, ids = probs.to(device), ids.to(device)
+    later = [(step_probs.to(device), step_ids.to(device)) for step_probs, step_ids in later]
     with no_host_sync(device):
-        expansion = backend.expand_tree(0, None, probs.to(device), ids.to(device))
+        expansion = backend.expand_tree(0, None, probs, ids)
         records = [expansion.record]
         for step, (probs, ids) in enumerate(later, start=1):
-            expansion = backend.expand_tree(step, expansion.scores, probs.to(device), ids.to(device))
+            expansion = backend.expand_tree(step, expansion.scores, probs, ids)
             records.append(expansion.record)
         parents, selected, draft_tokens = backend.organize_draft(records, 8)
     assert selected.cpu().tolist() == GOLDEN_SELECTED

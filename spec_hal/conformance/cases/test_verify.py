@@ -395,8 +395,9 @@ def test_verify_sampling_preserves_the_target_distribution(backend):
     generator = torch.Generator().manual_seed(2024)
     coins, final_coins = torch.rand(DRAWS, 6, generator=generator), torch.rand(DRAWS, generator=generator)
     device = backend.device
+    inputs = (tree_to(tree, device), candidates.to(device), probs.to(device), coins.to(device), final_coins.to(device))
     with no_host_sync(device):
-        verdict = backend.verify_sampling(tree_to(tree, device), candidates.to(device), probs.to(device), coins.to(device), final_coins.to(device))
+        verdict = backend.verify_sampling(*inputs)
     predict = verdict.predict.cpu().view(DRAWS, 6).long()
     first = predict[:, 0]
     assert _chi_square(first, TARGET_ROOT) < CHI_SQUARE_LIMIT
@@ -414,8 +415,9 @@ def test_verify_chain_sampling_preserves_the_target_distribution(backend):
     p = torch.stack([TARGET_ROOT, torch.full((8,), 0.125)])[None].expand(DRAWS, 2, 8).contiguous()
     coins, final_coins = torch.rand(DRAWS, 1, generator=generator), torch.rand(DRAWS, generator=generator)
     device = backend.device
+    inputs = (draft_ids.to(device), q.to(device), p.to(device), coins.to(device), final_coins.to(device))
     with no_host_sync(device):
-        verdict = backend.verify_chain_sampling(draft_ids.to(device), q.to(device), p.to(device), coins.to(device), final_coins.to(device))
+        verdict = backend.verify_chain_sampling(*inputs)
     first = verdict.predict.cpu().view(DRAWS, 2)[:, 0].long()
     assert _chi_square(first, TARGET_ROOT) < CHI_SQUARE_LIMIT
 
