@@ -56,6 +56,13 @@ class _DraftBase:
     def _layer(self, step: int) -> _DraftLayer:
         raise NotImplementedError
 
+    def to(self, device) -> "_DraftBase":
+        """Move the weights to ``device`` (in place; returns self) so that calls do no copies."""
+        self.embedding, self.head = self.embedding.to(device), self.head.to(device)
+        for layer in self._all_layers():
+            layer.w_token, layer.w_hidden = layer.w_token.to(device), layer.w_hidden.to(device)
+        return self
+
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden: Optional[torch.Tensor], step: int):
         """input_ids (R,) int, positions (R,) int, hidden (R, H) float or None, step int.
 
@@ -78,6 +85,9 @@ class EagleDraftModel(_DraftBase):
     def _layer(self, step: int) -> _DraftLayer:
         return self.layer
 
+    def _all_layers(self) -> list[_DraftLayer]:
+        return [self.layer]
+
 
 class ChainedMtpDraftModel(_DraftBase):
     """One layer per draft step (multi-layer MTP); step s runs layer s on the hidden state that
@@ -91,6 +101,9 @@ class ChainedMtpDraftModel(_DraftBase):
         if not 0 <= step < len(self.layers):
             raise IndexError(f"draft step {step} has no layer (the model has {len(self.layers)})")
         return self.layers[step]
+
+    def _all_layers(self) -> list[_DraftLayer]:
+        return self.layers
 
 
 class TargetModel:

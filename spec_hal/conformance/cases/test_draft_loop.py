@@ -38,13 +38,22 @@ class ProbeModel:
     """Records (cloned) inputs and output hidden of every forward of the wrapped draft model."""
 
     def __init__(self, model):
-        self.model, self.calls = model, []
+        self.model, self.recorded = model, []
 
     def __call__(self, input_ids, positions, hidden, step):
         logits, hidden_out = self.model(input_ids, positions, hidden, step)
-        self.calls.append(Call(input_ids.cpu().clone(), positions.cpu().clone(), None if hidden is None else hidden.cpu().clone(),
-                               step, hidden_out.cpu().clone()))
+        # Clones stay on the device: copying to the host inside the loop would synchronise.
+        self.recorded.append((input_ids.clone(), positions.clone(), None if hidden is None else hidden.clone(), step, hidden_out.clone()))
         return logits, hidden_out
+
+    @property
+    def calls(self) -> list[Call]:
+        return [Call(ids.cpu(), positions.cpu(), None if hidden is None else hidden.cpu(), step, out.cpu())
+                for ids, positions, hidden, step, out in self.recorded]
+
+    def to(self, device) -> "ProbeModel":
+        self.model.to(device)
+        return self
 
 
 def make_state(bs: int, topk: int, *, seed: int, device, vocab: int = 64, hidden_size: int = 16) -> DraftState:
@@ -63,6 +72,7 @@ def make_state(bs: int, topk: int, *, seed: int, device, vocab: int = 64, hidden
 
 def _run(driver, backend, model, state, **kwargs):
     snapshot = {name: getattr(state, name).clone() for name in STATE_FIELDS}
+    model.to(backend.device)  # weights on the device first: a host-to-device copy synchronises
     with no_host_sync(backend.device):
         result = driver(model, state, backend=backend, **kwargs)
     for name in STATE_FIELDS:
