@@ -43,6 +43,30 @@ def median_time_s(fn: Callable[[], object], device: torch.device, *, warmup: int
     return statistics.median(samples)
 
 
+def graph_replay_time_s(fn: Callable[[], object], device: torch.device, *, calls: int = 20, trials: int = 7) -> Optional[float]:
+    """Median time per call when ``calls`` back-to-back calls are captured in one CUDA/HIP graph
+    and replayed: the device time an engine sees inside its captured decode step, without the
+    Python launch overhead. None where capture is unavailable or fails."""
+    if device.type != "cuda":
+        return None
+    try:
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        seconds = median_time_s(graph.replay, device, warmup=2, repeat=3, trials=trials)
+        return seconds / calls
+    except Exception as exc:  # report, never crash a benchmark table
+        print(f"  (graph capture failed: {type(exc).__name__}: {str(exc)[:120]})")
+        return None
+
+
 _copy_bandwidth: dict[str, float] = {}
 
 

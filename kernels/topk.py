@@ -2,7 +2,7 @@
 
 Launch 1 (grid: rows x tiles) reads each logit exactly once. Every program owns one tile of
 ``BLOCK`` columns of one row and writes the tile's max ``m``, its sum ``s = sum exp(x - m)`` and
-its k best (value, id) pairs. Splitting every row into tiles is what keeps a small batch from
+its k best elements as sorted rank keys (value and id packed into one int64). Splitting every row into tiles is what keeps a small batch from
 running one row per program: at bs = 1 and V = 151,936 that is 38-75 programs, not 1.
 
 Launch 2 (grid: rows) merges a row's tiles: ``M = max m``, ``Z = sum s * exp(m - M)`` (the
@@ -10,9 +10,9 @@ online-softmax normaliser), the k best of the tiles' sorted candidate lists by a
 ``p = exp(v - M) / Z``. For k = 1
 this is ``1 / Z``, the exact top-1 probability, without materialising a softmax.
 
-Ranking is by (value descending, id ascending): pass j selects the best element strictly after
-the (value, id) chosen by pass j - 1 in that order, so ties go to the lower id and no element is
-selected twice. Masked tail lanes are never eligible, so an id is always in [0, V).
+Ranking is by (value descending, id ascending), encoded in the rank key so that one integer
+max-reduction selects the next element: ties go to the lower id, no element is selected twice,
+and masked tail lanes hold a key below every real one, so an id is always in [0, V).
 """
 from __future__ import annotations
 
@@ -27,17 +27,37 @@ from spec_hal.topk import MAX_TOPK
 
 from .launch import KernelTarget
 
-NO_ID = tl.constexpr(2**31 - 1)  # id of an empty candidate slot; ranks after every real id on ties
+# Rank key below every real one (masked lanes, empty slots); the lowest real key, -inf with id
+# 2**31 - 1, is about -9.19e18.
+EMPTY_KEY = tl.constexpr(-9223372036854775807)
 
 
 @triton.jit
-def _next_best(values, ids, prev_value, prev_id, eligible):
-    """Best (value, id) strictly after (prev_value, prev_id) in (value desc, id asc) order."""
-    after_prev = (values < prev_value) | ((values == prev_value) & (ids > prev_id))
-    candidate = eligible & after_prev
-    best_value = tl.max(tl.where(candidate, values, float("-inf")), axis=0)
-    best_id = tl.min(tl.where(candidate & (values == best_value), ids, NO_ID), axis=0)
-    return best_value, best_id
+def _rank_keys(values, ids):
+    """One int64 per element whose signed order is (value descending, id ascending).
+
+    High 32 bits: the float's bits made order-preserving as a signed int (negative floats have
+    their magnitude bits flipped; -0.0 is first made +0.0 so it ties with +0.0). Low 32 bits:
+    ``2**31 - 1 - id``, so among equal values the lower id has the larger key. One max-reduction
+    per selection pass then replaces a max over values plus a min over tied ids.
+    """
+    values = tl.where(values == 0.0, 0.0, values)
+    bits = values.to(tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return ordered.to(tl.int64) * 4294967296 + (2147483647 - ids).to(tl.int64)
+
+
+@triton.jit
+def _key_value(key):
+    """The float32 value a rank key was made from."""
+    ordered = (key >> 32).to(tl.int32)
+    bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _key_id(key):
+    return 2147483647 - (key & 0xFFFFFFFF).to(tl.int32)
 
 
 @triton.jit
@@ -48,8 +68,7 @@ def _tile_topk_kernel(
     vocab,
     tile_max_ptr,
     tile_sum_ptr,
-    cand_value_ptr,
-    cand_id_ptr,
+    cand_key_ptr,
     num_tiles,
     K: tl.constexpr,
     BLOCK: tl.constexpr,
@@ -72,22 +91,20 @@ def _tile_topk_kernel(
     tl.store(tile_max_ptr + slot, tile_max)
     tl.store(tile_sum_ptr + slot, tile_sum)
 
-    prev_value = float("inf")
-    prev_id = -1
+    # Pass j keeps the best key strictly below pass j-1's: no element is selected twice, and a
+    # tile with fewer than K valid lanes fills its tail with EMPTY_KEY.
+    keys = tl.where(in_vocab, _rank_keys(values, cols), EMPTY_KEY)
     for j in tl.static_range(K):
-        best_value, best_id = _next_best(values, cols, prev_value, prev_id, in_vocab)
-        tl.store(cand_value_ptr + slot * K + j, best_value)
-        tl.store(cand_id_ptr + slot * K + j, best_id)
-        prev_value = best_value
-        prev_id = best_id
+        best = tl.max(keys, axis=0)
+        tl.store(cand_key_ptr + slot * K + j, best)
+        keys = tl.where(keys == best, EMPTY_KEY, keys)
 
 
 @triton.jit
 def _merge_tiles_kernel(
     tile_max_ptr,
     tile_sum_ptr,
-    cand_value_ptr,
-    cand_id_ptr,
+    cand_key_ptr,
     token_map_ptr,
     probs_ptr,
     ids_ptr,
@@ -109,21 +126,16 @@ def _merge_tiles_kernel(
     # An all -inf row has no normaliser; 1.0 keeps the (discarded) division finite.
     normaliser = tl.where(row_finite, tl.sum(tile_sum * scale, axis=0), 1.0)
 
-    # k-way merge: each tile's candidates are already sorted, so pass j compares only the tiles'
-    # current heads and advances the winning tile. Ids are unique across tiles, so exactly one
-    # head matches the winner. Empty slots (NO_ID, -inf) sort after every real candidate and a
-    # row holds at least k real ones, so they are never emitted.
+    # k-way merge: each tile's keys are already sorted, so pass j compares only the tiles'
+    # current heads and advances the winning tile (keys are unique: they contain the id). A row
+    # holds at least k real keys, so EMPTY_KEY is never emitted.
     head = tl.zeros([TILES], dtype=tl.int32)
     for j in tl.static_range(K):
-        offsets = (base + tiles) * K + head
-        readable = tile_ok & (head < K)
-        head_values = tl.load(cand_value_ptr + offsets, mask=readable, other=float("-inf"))
-        head_ids = tl.load(cand_id_ptr + offsets, mask=readable, other=NO_ID)
-        best_value = tl.max(head_values, axis=0)
-        best_id = tl.min(tl.where(head_values == best_value, head_ids, NO_ID), axis=0)
-        head += (head_ids == best_id).to(tl.int32)
-        prob = tl.where(row_finite, tl.exp(best_value - safe_row_max) / normaliser, 0.0)
-        out_id = best_id.to(tl.int64)
+        head_keys = tl.load(cand_key_ptr + (base + tiles) * K + head, mask=tile_ok & (head < K), other=EMPTY_KEY)
+        best = tl.max(head_keys, axis=0)
+        head += (head_keys == best).to(tl.int32)
+        prob = tl.where(row_finite, tl.exp(_key_value(best) - safe_row_max) / normaliser, 0.0)
+        out_id = _key_id(best).to(tl.int64)
         if HAS_TOKEN_MAP:
             out_id = tl.load(token_map_ptr + out_id).to(tl.int64)
         tl.store(probs_ptr + row.to(tl.int64) * K + j, prob)
@@ -178,15 +190,14 @@ def draft_topk(
     # Scratch comes from torch's caching allocator: no device malloc per call, capture-safe.
     tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
     tile_sum = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
-    cand_values = torch.empty((rows, num_tiles, k), dtype=torch.float32, device=device)
-    cand_ids = torch.empty((rows, num_tiles, k), dtype=torch.int32, device=device)
+    cand_keys = torch.empty((rows, num_tiles, k), dtype=torch.int64, device=device)
     _tile_topk_kernel[(rows, num_tiles)](
         logits, logits.stride(0), logits.stride(1), vocab,
-        tile_max, tile_sum, cand_values, cand_ids, num_tiles,
+        tile_max, tile_sum, cand_keys, num_tiles,
         K=k, BLOCK=config.block, num_warps=config.tile_warps,
     )
     _merge_tiles_kernel[(rows,)](
-        tile_max, tile_sum, cand_values, cand_ids,
+        tile_max, tile_sum, cand_keys,
         token_map if token_map is not None else tile_max,  # placeholder pointer, never read
         out[0], out[1], num_tiles,
         K=k, TILES=_padded(num_tiles), HAS_TOKEN_MAP=token_map is not None,
@@ -211,13 +222,13 @@ def compile_specs(target: KernelTarget):
         for k in (1, MAX_TOPK):
             for logit_type in _LOGIT_TYPES:
                 signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
-                             "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_value_ptr": "*fp32",
-                             "cand_id_ptr": "*i32", "num_tiles": "i32", "K": "constexpr", "BLOCK": "constexpr"}
+                             "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
+                             "num_tiles": "i32", "K": "constexpr", "BLOCK": "constexpr"}
                 constexprs = {"K": k, "BLOCK": config.block}
                 specs[("tile", logit_type, k, config.block, config.tile_warps)] = (_tile_topk_kernel, signature, constexprs, config.tile_warps)
             for map_type in ("i32", "i64"):
-                signature = {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_value_ptr": "*fp32",
-                             "cand_id_ptr": "*i32", "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
+                signature = {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
+                             "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
                              "ids_ptr": "*i64", "num_tiles": "i32", "K": "constexpr", "TILES": "constexpr",
                              "HAS_TOKEN_MAP": "constexpr"}
                 constexprs = {"K": k, "TILES": tiles, "HAS_TOKEN_MAP": True}
