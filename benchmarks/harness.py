@@ -67,6 +67,20 @@ def graph_replay_time_s(fn: Callable[[], object], device: torch.device, *, calls
         return None
 
 
+def device_time_s(fn: Optional[Callable[[], object]], device: torch.device, **timing) -> Optional[float]:
+    """Graph-replay time where ``fn`` captures (what a captured engine step pays), else the eager
+    median. Used for spec_hal and for the baselines alike, so speed-ups compare like with like
+    wherever the baseline captures; a baseline that syncs the host cannot, and is timed eagerly."""
+    if fn is None:
+        return None
+    replay = graph_replay_time_s(fn, device)
+    return replay if replay is not None else time_or_none(fn, device, **timing)
+
+
+DEVICE_TIME_NOTE = ("Times are CUDA-graph replay medians per call where the function captures (device time without\n"
+                    "Python launch overhead, as inside an engine's captured step), else eager medians.\n")
+
+
 _copy_bandwidth: dict[str, float] = {}
 
 

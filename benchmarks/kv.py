@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from harness import common_arguments, copy_bandwidth, fmt_ratio, fmt_us, header, maybe_compile, median_time_s, time_or_none
+from harness import DEVICE_TIME_NOTE, common_arguments, copy_bandwidth, device_time_s, fmt_ratio, fmt_us, header, maybe_compile
 
 CONFIGS = ((3, 1, 4), (5, 4, 8), (5, 8, 32))  # (S, K, N)
 BATCHES = (1, 64, 256)
@@ -56,6 +56,7 @@ def main(argv=None) -> None:
     timing = dict(warmup=1, repeat=2, trials=1) if device.type == "cpu" else {}
     command = "python benchmarks/kv.py" + (" --quick" if args.quick else "")
     print(header(f"move_kv ({args.layers} layers x (K, V) x {args.heads} heads x {args.head_dim} bf16, {args.slots} slots)", device, command))
+    print(DEVICE_TIME_NOTE)
     bandwidth = copy_bandwidth(device, nbytes=(1 << 30) if device.type == "cuda" else (1 << 26))
     print(f"copy bandwidth used as 100%: {bandwidth / 1e9:.0f} GB/s\n")
     print("| bs | S, K, N | moves | MB moved | spec_hal (us) | share of copy BW | torch ref (us) | torch.compile (us) | vs ref | vs compile |")
@@ -66,9 +67,9 @@ def main(argv=None) -> None:
             src, dst = build_moves(bs, steps, nodes, args.slots, device, generator)
             moves = int(((src >= 0) & (dst >= 0)).sum())
             nbytes = 2 * moves * row_bytes * len(caches)
-            ours = median_time_s(lambda: backend.move_kv(caches, src, dst), device, **timing)
-            ref = time_or_none(lambda: reference_move_kv(caches, src, dst), device, **timing)
-            comp = time_or_none(None if compiled is None else (lambda: compiled(caches, src, dst)), device, **timing)
+            ours = device_time_s(lambda: backend.move_kv(caches, src, dst), device, **timing)
+            ref = device_time_s(lambda: reference_move_kv(caches, src, dst), device, **timing)
+            comp = device_time_s(None if compiled is None else (lambda: compiled(caches, src, dst)), device, **timing)
             share = nbytes / ours / bandwidth if moves else 0.0
             print(f"| {bs} | {steps}, {topk}, {nodes} | {moves} | {nbytes / 1e6:.1f} | {fmt_us(ours)} | {share:.0%} | "
                   f"{fmt_us(ref)} | {fmt_us(comp)} | {fmt_ratio(ref, ours)} | {fmt_ratio(comp, ours)} |", flush=True)

@@ -60,6 +60,7 @@ def main() -> None:
     timing = dict(warmup=2, repeat=3, trials=3) if args.quick else {}
     print(harness.header("tree: build_tree and one draft step (expand + organize + build)", device,
                          "python benchmarks/tree.py" + (" --quick" if args.quick else "")))
+    print(harness.DEVICE_TIME_NOTE)
     print(f"backend: {backend.name}; build_tree: {backend.provider('build_tree').description}; "
           f"expand_tree: {backend.provider('expand_tree').description}\n")
     compiled_build = None if args.no_compile else harness.maybe_compile(reference_build_tree, device)
@@ -88,9 +89,9 @@ def main() -> None:
                 ),
             }
             for name, (ours, reference, compiled) in cases.items():
-                ours_s = harness.median_time_s(ours, device, **timing)
-                reference_s = harness.median_time_s(reference, device, **timing)
-                compiled_s = harness.time_or_none(compiled, device, **timing)
+                ours_s = harness.device_time_s(ours, device, **timing)
+                reference_s = harness.device_time_s(reference, device, **timing)
+                compiled_s = harness.device_time_s(compiled, device, **timing)
                 print(f"| {name} | {bs} | {steps} | {topk} | {nodes} | {harness.fmt_us(ours_s)} | {harness.fmt_us(reference_s)} | "
                       f"{harness.fmt_us(compiled_s)} | {harness.fmt_ratio(reference_s, ours_s)} | {harness.fmt_ratio(compiled_s, ours_s)} |",
                       flush=True)

@@ -69,6 +69,7 @@ def main() -> None:
     copy_bw = harness.copy_bandwidth(device) if device.type == "cuda" else 0.0
     print(harness.header("verify: verify_greedy (fused argmax over logits), verify_sampling", device,
                          "python benchmarks/verify.py" + (" --quick" if args.quick else "")))
+    print(harness.DEVICE_TIME_NOTE)
     print(f"- backend: {backend.name}")
     print()
     print("| op | bs | N | V | time (us) | GB/s | % copy BW | torch ref (us) | speed-up | torch.compile (us) | speed-up |")
@@ -83,10 +84,10 @@ def main() -> None:
                 def greedy():
                     return backend.verify_greedy(tree, candidates, logits)
 
-                seconds = harness.median_time_s(greedy, device, **timing)
-                ref_s = harness.time_or_none(lambda: reference.verify_greedy(tree, candidates, logits), device, **timing)
+                seconds = harness.device_time_s(greedy, device, **timing)
+                ref_s = harness.device_time_s(lambda: reference.verify_greedy(tree, candidates, logits), device, **timing)
                 compiled = None if args.no_compile else harness.maybe_compile(reference.verify_greedy, device)
-                compiled_s = harness.time_or_none(None if compiled is None else (lambda: compiled(tree, candidates, logits)), device, **timing)
+                compiled_s = harness.device_time_s(None if compiled is None else (lambda: compiled(tree, candidates, logits)), device, **timing)
                 print(_row("verify_greedy(logits)", bs, nodes, vocab, seconds, logits.numel() * logits.element_size(), copy_bw, ref_s, compiled_s),
                       flush=True)
 
@@ -96,10 +97,10 @@ def main() -> None:
                 coins = torch.rand(bs, nodes, device=device, generator=generator)
                 final_coins = torch.rand(bs, device=device, generator=generator)
                 sampling_args = (tree, candidates, probs, coins, final_coins)
-                seconds = harness.median_time_s(lambda: backend.verify_sampling(*sampling_args), device, **timing)
-                ref_s = harness.time_or_none(lambda: reference.verify_sampling(*sampling_args), device, **timing)
+                seconds = harness.device_time_s(lambda: backend.verify_sampling(*sampling_args), device, **timing)
+                ref_s = harness.device_time_s(lambda: reference.verify_sampling(*sampling_args), device, **timing)
                 compiled = None if args.no_compile else harness.maybe_compile(reference.verify_sampling, device)
-                compiled_s = harness.time_or_none(None if compiled is None else (lambda: compiled(*sampling_args)), device, **timing)
+                compiled_s = harness.device_time_s(None if compiled is None else (lambda: compiled(*sampling_args)), device, **timing)
                 row_bytes = bs * (vocab + steps * nodes) * 4
                 print(_row("verify_sampling", bs, nodes, vocab, seconds, row_bytes, copy_bw, ref_s, compiled_s), flush=True)
                 del probs
