@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = commands.add_parser("info", help="what backend this machine gets, and why")
     info.add_argument("--backend", help="explain this backend instead of the auto-selected one")
-    info.add_argument("--simulate", metavar="MACHINE", help="probe a simulated machine (h100, mi300x, mi355x, cpu, cpu-no-triton)")
+    info.add_argument("--simulate", metavar="MACHINE", help="probe a simulated machine (h100, mi250x, mi300x, mi355x, cpu, cpu-no-triton)")
     info.set_defaults(run=_info)
 
     conformance = commands.add_parser("conformance", help="run the conformance suite against a backend")

@@ -31,6 +31,7 @@ import importlib
 import json
 import multiprocessing
 import os
+import queue
 import re
 import struct
 import sys
@@ -384,9 +385,11 @@ def compile_all(compile_jobs: list[CompileJob], *, workers: int, timeout_s: floa
     live = [start_worker() for _ in range(workers)]
     try:
         while len(done) < len(compile_jobs):
+            now = time.perf_counter()
+            wait_s = min([1.0] + [max(since + timeout_s - now, 0.0) for since, _pid in running.values()])
             try:
-                kind, index, payload = results.get(timeout=1.0)
-            except Exception:  # queue.Empty: check the clocks
+                kind, index, payload = results.get(timeout=max(wait_s, 0.001))
+            except queue.Empty:  # a deadline passed, or nothing happened for a second
                 kind = None
             if kind == "started":
                 running[index] = (time.perf_counter(), payload)
