@@ -11,8 +11,10 @@ case of that op and dtype in that report:
 * ``pass``: every case that ran passed;
 * ``n/a``: no case of that op and dtype ran there (not in the report, or every case skipped).
 
-The dtype of a case is its ``dtype`` parameter (else the first parameter named ``*dtype``), shown
-without the ``torch.`` prefix; ``-`` for cases with no dtype parameter. Standard library only.
+The dtype of a case is its parameter named exactly ``dtype`` (by convention the op's main input
+dtype; docs/adding-an-op.md), shown without the ``torch.`` prefix; ``-`` for cases without one
+(other dtype parameters, such as a token map's index dtype, are not the op's dtype). Standard
+library only.
 """
 from __future__ import annotations
 
@@ -26,10 +28,7 @@ ORDER = ("fail", "xfail", "pass")
 
 
 def case_dtype(params: dict) -> str:
-    keys = ["dtype"] if "dtype" in params else sorted(key for key in params if key.endswith("dtype"))
-    if not keys:
-        return "-"
-    return params[keys[0]].replace("torch.", "")
+    return params["dtype"].replace("torch.", "") if "dtype" in params else "-"
 
 
 def column_name(report: dict) -> str:

@@ -219,7 +219,10 @@ def check_limits(resources: KernelResources) -> list[str]:
 
 
 def load_known_issues(path: str) -> list[dict]:
-    """Entries ``{kernel, targets?, constexprs?, action, reason, link}``; see docs/compile-matrix.md."""
+    """Entries ``{kernel, targets?, constexprs?, action, reason, link}``; see docs/compile-matrix.md.
+
+    A constexpr value may be a list: any of its values matches.
+    """
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -245,7 +248,8 @@ def _matches(entry: dict, job: CompileJob) -> bool:
     if not any(fnmatch.fnmatch(job.arch, pattern) for pattern in entry.get("targets", ["*"])):
         return False
     constexprs = json.loads(job.constexprs)
-    return all(constexprs.get(name) == value for name, value in entry.get("constexprs", {}).items())
+    return all(constexprs.get(name) in (value if isinstance(value, list) else [value])
+               for name, value in entry.get("constexprs", {}).items())
 
 
 def known_issue_for(entries: list[dict], job: CompileJob) -> Optional[dict]:
