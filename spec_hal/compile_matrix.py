@@ -221,7 +221,9 @@ def check_limits(resources: KernelResources) -> list[str]:
 def load_known_issues(path: str) -> list[dict]:
     """Entries ``{kernel, targets?, constexprs?, action, reason, link}``; see docs/compile-matrix.md.
 
-    A constexpr value may be a list: any of its values matches.
+    A constexpr value may be a list: any of its values matches. ``triton`` (a version specifier such
+    as ``"<3.9"``) limits an entry to some Triton versions; under others it is inactive (neither
+    matched nor stale).
     """
     try:
         import tomllib
@@ -235,10 +237,19 @@ def load_known_issues(path: str) -> list[dict]:
             raise ValueError(f"{path}: known_issue {number} lacks {', '.join(missing)}")
         if entry["action"] not in ("xfail", "skip"):
             raise ValueError(f"{path}: known_issue {number}: action must be xfail or skip, not {entry['action']!r}")
-        unknown = set(entry) - {"kernel", "targets", "constexprs", "action", "reason", "link"}
+        unknown = set(entry) - {"kernel", "targets", "constexprs", "triton", "action", "reason", "link"}
         if unknown:
             raise ValueError(f"{path}: known_issue {number} has unknown keys {sorted(unknown)}")
     return entries
+
+
+def active_known_issues(entries: Sequence[dict], triton_version: str) -> list[dict]:
+    """The entries that apply to ``triton_version``."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    version = Version(triton_version)
+    return [entry for entry in entries if version in SpecifierSet(entry.get("triton", ""), prereleases=True)]
 
 
 def _matches(entry: dict, job: CompileJob) -> bool:
@@ -442,7 +453,10 @@ def run_matrix(archs: Sequence[str], *, module_names: Optional[Sequence[str]] = 
         module_names = KERNEL_MODULES
     started = time.perf_counter()
     compile_jobs, listed = collect_jobs(module_names, archs)
-    issues = [known_issue_for(list(known_issues), job) for job in compile_jobs]
+    import triton
+
+    known_issues = active_known_issues(known_issues, triton.__version__)
+    issues = [known_issue_for(known_issues, job) for job in compile_jobs]
     to_compile = [job for job, issue in zip(compile_jobs, issues) if not (issue and issue["action"] == "skip")]
     workers = jobs or min(os.cpu_count() or 1, len(to_compile)) or 1
     compiled = iter(compile_all(to_compile, workers=workers, timeout_s=timeout_s, progress=progress))
@@ -452,7 +466,6 @@ def run_matrix(archs: Sequence[str], *, module_names: Optional[Sequence[str]] = 
         if issue:
             result.known_issue = f"{issue['action']}: {issue['reason']} ({issue['link']})"
         results.append(result)
-    import triton
 
     return {
         "triton_version": triton.__version__,

@@ -136,3 +136,9 @@ def test_unknown_target_is_a_usage_error():
     result = _cli("--targets", "sm_90,rdna9")
     assert result.returncode == cm.EXIT_USAGE
     assert "rdna9" in result.stdout
+
+
+def test_known_issues_can_be_limited_to_triton_versions():
+    entries = [{"kernel": "a", "triton": "<3.9"}, {"kernel": "b"}, {"kernel": "c", "triton": ">=3.9,<4"}]
+    assert [e["kernel"] for e in cm.active_known_issues(entries, "3.6.0")] == ["a", "b"]
+    assert [e["kernel"] for e in cm.active_known_issues(entries, "3.9.0")] == ["b", "c"]
