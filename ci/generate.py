@@ -47,9 +47,10 @@ def _job_id(lane: dict, entry: dict) -> str:
 
 def _install_steps(toolchain: dict, *, hosted: bool, in_container: bool) -> list[dict]:
     if toolchain.get("from_image"):
-        # Keep the image's ROCm torch and pytorch-triton-rocm: install spec_hal without the triton extra.
+        # Keep the image's ROCm torch and pytorch-triton-rocm: --no-deps, so pip can never replace
+        # them (a torch requirement it thinks unmet would pull the CUDA wheels over the ROCm ones).
         return [{"name": "install spec_hal (keeping the image's torch and Triton)",
-                 "run": 'python -m pip install -e ".[test]"'}]
+                 "run": "python -m pip install --no-deps -e .\npython -m pip install numpy packaging pytest hypothesis"}]
     steps = []
     if hosted:
         steps.append({"uses": "actions/setup-python@v5", "with": {"python-version": toolchain["python"]}})
