@@ -163,11 +163,10 @@ def launch_config(target: KernelTarget, rows: int, vocab: int) -> TopkLaunch:
     """
     if target.vendor == "interpreter":
         return TopkLaunch(block=min(max(triton.next_power_of_2(vocab), 16), 65536), tile_warps=1, merge_warps=1)
-    threads = 256
-    warps = threads // target.warp_size
+    warps = target.warps(256)
     block = 2048 if rows * triton.cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
     block = min(block, max(triton.next_power_of_2(vocab), 128))
-    return TopkLaunch(block=block, tile_warps=warps, merge_warps=max(1, 128 // target.warp_size))
+    return TopkLaunch(block=block, tile_warps=warps, merge_warps=target.warps(128))
 
 
 def draft_topk(

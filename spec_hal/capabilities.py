@@ -24,8 +24,11 @@ from typing import Optional
 import torch
 
 __all__ = [
+    "ARCH_TABLE",
+    "ArchInfo",
     "Capabilities",
     "GraphSupport",
+    "arch_info",
     "graph_support",
     "DeviceFacts",
     "TritonFacts",
@@ -105,15 +108,65 @@ def normalize_arch(raw_arch: Optional[str], *, is_hip: bool) -> Optional[str]:
     return f"sm_{int(major)}{int(minor or 0)}"
 
 
+@dataclass(frozen=True)
+class ArchInfo:
+    """Published facts about one GPU architecture that kernels and the compile matrix depend on.
+
+    ``multiprocessors`` is the SM/CU count torch reports for the first product listed (one
+    device; an MI250X is two gfx90a devices of 110 CUs each). ``shared_bytes`` is the most
+    shared memory (NVIDIA, with the opt-in carve-out) or LDS (AMD) one program (block /
+    workgroup) may use: the compile matrix fails a kernel that needs more.
+    """
+
+    arch: str
+    vendor: str  # "nvidia" or "amd"
+    products: tuple[str, ...]
+    multiprocessors: int
+    warp_size: int
+    shared_bytes: int
+    fp8_dtype: Optional[str]
+    max_threads_per_program: int = 1024
+
+    @property
+    def label(self) -> str:
+        return f"{self.arch} ({' / '.join(self.products)}): {self.multiprocessors} {'CUs' if self.vendor == 'amd' else 'SMs'}, " \
+            f"{self.shared_bytes // 1024} KiB {'LDS' if self.vendor == 'amd' else 'shared memory'} per program, " \
+            f"{'wave' if self.vendor == 'amd' else 'warp '}{self.warp_size}, fp8 {self.fp8_dtype or 'none'}"
+
+
+# NOTE: sources are the vendors' data sheets and tuning guides (CUDA C Programming Guide
+# "Compute capabilities" table; AMD CDNA2/CDNA3/CDNA4 ISA guides and Instinct data sheets).
+# gfx942 is MI300X, MI300A and MI325X; gfx950 is MI350X and MI355X (160 KiB LDS, OCP fp8).
+ARCH_TABLE: dict[str, ArchInfo] = {
+    info.arch: info
+    for info in (
+        ArchInfo("sm_80", "nvidia", ("A100",), 108, 32, 163 * 1024, None),
+        ArchInfo("sm_90", "nvidia", ("H100 SXM", "H200"), 132, 32, 227 * 1024, "float8_e4m3fn"),
+        ArchInfo("sm_100", "nvidia", ("B200",), 148, 32, 227 * 1024, "float8_e4m3fn"),
+        ArchInfo("gfx90a", "amd", ("MI250X", "MI250", "MI210"), 110, 64, 64 * 1024, None),
+        ArchInfo("gfx942", "amd", ("MI300X", "MI325X", "MI300A"), 304, 64, 64 * 1024, "float8_e4m3fnuz"),
+        ArchInfo("gfx950", "amd", ("MI355X", "MI350X"), 256, 64, 160 * 1024, "float8_e4m3fn"),
+    )
+}
+
+
+def arch_info(arch: Optional[str]) -> Optional[ArchInfo]:
+    """The :data:`ARCH_TABLE` entry for a normalised arch name, or None if not tabulated."""
+    return ARCH_TABLE.get(arch) if arch else None
+
+
 def _fp8_dtype_for(arch: Optional[str]) -> Optional[str]:
     """The fp8 e4m3 flavour the hardware computes in natively, or None.
 
     MI300 (gfx940/941/942) uses the "fnuz" encoding (no negative zero, bias 8); MI350 (gfx950)
     and NVIDIA Ada/Hopper/Blackwell use OCP e4m3fn. Ampere and MI200 have no fp8 units.
+    Tabulated arches answer from :data:`ARCH_TABLE`; the rules cover the rest.
     """
     if arch is None:
         return None
-    if arch in ("gfx940", "gfx941", "gfx942"):
+    if arch in ARCH_TABLE:
+        return ARCH_TABLE[arch].fp8_dtype
+    if arch in ("gfx940", "gfx941"):
         return "float8_e4m3fnuz"
     if arch.startswith("gfx95") or arch.startswith("gfx12"):
         return "float8_e4m3fn"
@@ -174,6 +227,10 @@ SIMULATED_DEVICES: dict[str, tuple[DeviceFacts, TritonFacts]] = {
     ),
     "mi300x": (
         DeviceFacts("cuda:0", True, "AMD Instinct MI300X", "gfx942:sramecc+:xnack-", 304, 64, "6.4"),
+        TritonFacts("3.6.0", active_backend="hip"),
+    ),
+    "mi250x": (
+        DeviceFacts("cuda:0", True, "AMD Instinct MI250X", "gfx90a:sramecc+:xnack-", 110, 64, "6.4"),
         TritonFacts("3.6.0", active_backend="hip"),
     ),
     "mi355x": (

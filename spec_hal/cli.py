@@ -1,4 +1,4 @@
-"""The ``spec-hal`` command: ``info``, ``conformance`` (and more subcommands as they land)."""
+"""The ``spec-hal`` command: ``info``, ``conformance``, ``compile-matrix`` (and more subcommands as they land)."""
 from __future__ import annotations
 
 import argparse
@@ -36,13 +36,22 @@ def _conformance(args: argparse.Namespace) -> int:
     )
 
 
+def _compile_matrix(args: argparse.Namespace) -> int:
+    from .compile_matrix import main
+
+    targets = [target.strip() for target in args.targets.split(",") if target.strip()]
+    modules = [module.strip() for module in args.modules.split(",")] if args.modules else None
+    return main(targets, json_path=args.json, markdown_path=args.markdown, jobs=args.jobs, modules=modules,
+                timeout_s=args.timeout, known_issues_path=args.known_issues)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spec-hal", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     info = commands.add_parser("info", help="what backend this machine gets, and why")
     info.add_argument("--backend", help="explain this backend instead of the auto-selected one")
-    info.add_argument("--simulate", metavar="MACHINE", help="probe a simulated machine (h100, mi300x, mi355x, cpu, cpu-no-triton)")
+    info.add_argument("--simulate", metavar="MACHINE", help="probe a simulated machine (h100, mi250x, mi300x, mi355x, cpu, cpu-no-triton)")
     info.set_defaults(run=_info)
 
     conformance = commands.add_parser("conformance", help="run the conformance suite against a backend")
@@ -54,6 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("-k", metavar="EXPR", help="only cases matching this pytest -k expression")
     conformance.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest (after --)")
     conformance.set_defaults(run=_conformance)
+
+    from .compile_matrix import DEFAULT_TARGETS
+
+    matrix = commands.add_parser("compile-matrix", help="compile every Triton kernel for GPU targets, without a GPU")
+    matrix.add_argument("--targets", default=",".join(DEFAULT_TARGETS), help="comma-separated sm_XY / gfxNNN names")
+    matrix.add_argument("--json", metavar="FILE", help="write the per-kernel report as JSON")
+    matrix.add_argument("--markdown", metavar="FILE", help="write the per-kernel x target table as markdown")
+    matrix.add_argument("--jobs", type=int, default=0, help="compile processes (default: one per core)")
+    matrix.add_argument("--modules", help="comma-separated kernel modules (default: spec_hal.kernels.KERNEL_MODULES)")
+    matrix.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                        help="fail (and stop) a single compile that takes longer than S seconds")
+    matrix.add_argument("--known-issues", metavar="FILE",
+                        help="TOML manifest of expected failures (ci/xfail/compile-matrix.toml); stale entries exit 6")
+    matrix.set_defaults(run=_compile_matrix)
     return parser
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from .capabilities import SIMULATED_DEVICES, Capabilities, capabilities_from, graph_support
+from .capabilities import SIMULATED_DEVICES, Capabilities, arch_info, capabilities_from, graph_support
 from .errors import BackendUnavailable
 from .selection import ENV_VAR, available_backends, choose, get_backend
 
@@ -68,6 +68,12 @@ def explain_simulated(machine: str) -> str:
         selected = caps.backend
     lines.append(f"selected: {selected}")
     lines.extend(_capability_lines(caps))
+    info = arch_info(caps.arch)
+    if info is not None:
+        lines.append(f"  arch table:      {info.label}")
+    if caps.backend in ("cuda", "rocm"):
+        mode = "hip_graph" if caps.backend == "rocm" else "cuda_graph"
+        lines.append(f"  graphs:          {mode} through the torch.cuda graph API (proven by a capture on first use; not run here)")
     if caps.backend in ("cuda", "rocm") and caps.triton_usable:
         from .kernels.launch import KernelTarget
 

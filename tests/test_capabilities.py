@@ -101,3 +101,28 @@ def test_import_alone_initialises_nothing():
     code = "import sys, spec_hal, torch; assert not torch.cuda.is_initialized(); assert 'triton' not in sys.modules; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_arch_table_covers_the_six_ci_targets():
+    from spec_hal.capabilities import ARCH_TABLE
+
+    assert set(ARCH_TABLE) == {"sm_80", "sm_90", "sm_100", "gfx90a", "gfx942", "gfx950"}
+    assert ARCH_TABLE["gfx942"].products[:2] == ("MI300X", "MI325X") and ARCH_TABLE["gfx942"].multiprocessors == 304
+    assert "MI355X" in ARCH_TABLE["gfx950"].products and ARCH_TABLE["gfx950"].shared_bytes == 160 * 1024
+    assert ARCH_TABLE["gfx90a"].shared_bytes == ARCH_TABLE["gfx942"].shared_bytes == 64 * 1024
+    assert all(info.warp_size == 64 for info in ARCH_TABLE.values() if info.vendor == "amd")
+    assert [ARCH_TABLE[a].fp8_dtype for a in ("gfx90a", "gfx942", "gfx950")] == [None, "float8_e4m3fnuz", "float8_e4m3fn"]
+
+
+def test_mi250x_is_wave64_without_fp8():
+    caps = simulated("mi250x")
+    assert (caps.backend, caps.arch, caps.warp_size, caps.fp8_dtype) == ("rocm", "gfx90a", 64, None)
+
+
+def test_offline_targets_are_wave64_on_amd():
+    from spec_hal.kernels.launch import KernelTarget
+
+    mi300x = KernelTarget.for_arch("gfx942")
+    assert (mi300x.vendor, mi300x.warp_size, mi300x.multiprocessors) == ("amd", 64, 304)
+    assert (mi300x.warps(256), KernelTarget.for_arch("sm_90").warps(256)) == (4, 8)
+    assert KernelTarget.for_arch("gfx942", multiprocessors=228).multiprocessors == 228  # MI300A

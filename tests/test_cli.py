@@ -34,6 +34,19 @@ def test_info_on_simulated_mi300x_shows_rocm_wave64_fnuz():
     assert "warp size 64" in result.stdout
     assert "float8_e4m3fnuz" in result.stdout
     assert "amd:gfx942" in result.stdout
+    assert "MI300X / MI325X" in result.stdout and "304 CUs" in result.stdout and "64 KiB LDS" in result.stdout
+    assert "wave64" in result.stdout and "hip_graph" in result.stdout
+    assert "4 warps x 64 lanes" in result.stdout  # topk's 256 threads as wave64 launch configs
+
+
+def test_info_on_simulated_mi355x_and_mi250x():
+    mi355x = spec_hal_cli("info", "--simulate", "mi355x")
+    assert mi355x.returncode == 0, mi355x.stderr
+    assert "gfx950" in mi355x.stdout and "160 KiB LDS" in mi355x.stdout and "float8_e4m3fn" in mi355x.stdout
+    assert "fnuz" not in mi355x.stdout
+    mi250x = spec_hal_cli("info", "--simulate", "mi250x")
+    assert mi250x.returncode == 0, mi250x.stderr
+    assert "gfx90a" in mi250x.stdout and "fp8:             none" in mi250x.stdout
 
 
 def test_info_on_simulated_h100():
