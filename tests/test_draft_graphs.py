@@ -1,7 +1,6 @@
 """run_draft(graph=DraftGraphs(...)): the conformance cases fail for a draft model that breaks
 under capture (upstream bug 2) and without the capture-time argument guard (upstream bug 1)."""
 import pytest
-import torch
 
 import spec_hal.draft_loop as draft_loop
 from spec_hal.conformance.cases import test_draft_loop as cases
