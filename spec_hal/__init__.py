@@ -54,6 +54,7 @@ _LAZY = {
     "GraphCaptureWarning": ("spec_hal.graphs", "GraphCaptureWarning"),
     "run_draft": ("spec_hal.draft_loop", "run_draft"),
     "draft_step": ("spec_hal.draft_loop", "draft_step"),
+    "DraftGraphs": ("spec_hal.draft_loop", "DraftGraphs"),
 }
 
 __all__ = [

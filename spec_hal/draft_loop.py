@@ -19,22 +19,28 @@ Loop for S steps (S - 1 draft forwards):
   the model to return a hidden state. A non-chained MTP draft (every layer fed the target hidden)
   is a model that returns its input hidden unchanged.
 
-Graph capture (for the graph runner that will wrap this loop): :func:`draft_step` is one step as a
-function of static-shaped tensors only: lane tensors of bs*K rows, a fixed positions buffer
-written in place, no host reads, no shape that depends on values. A runner captures
-``draft_step`` per step (``step`` is a Python constant per capture) or the whole loop, with the
-positions buffer and the expansion tensors as its static buffers.
+Graph capture (``graph=DraftGraphs(batch_sizes)``): the whole loop (step 0 expansion and the S - 1
+steps) is one function of the batch-first state tensors (positions, probs, ids, hidden), captured
+by a :class:`~spec_hal.graphs.GraphRunner` per (model, steps, topk, chain_hidden, backend, input
+signature). The :class:`DraftGraphs` object owns those runners; the engine keeps it across decode
+rounds, so capture happens on the first round and every later round replays. The captured loop
+returns the step records concatenated batch first (scores, tokens, parents: (bs, sum of widths))
+and the last hidden as (bs, K, H); ``run_draft`` repacks them into a :class:`DraftResult` whose
+records are column slices (views) of those cloned outputs. No runner input is mutable: the
+positions are computed out of place, so the state guard proves that the loop leaves the caller's
+state (copied into the static buffers) untouched (bug 1).
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from . import checks
-from .errors import InvalidInput
+from .errors import GraphStateError, InvalidInput
+from .graphs import GraphRunner
 from .tree import MAX_TREE_TOPK
-from .types import DraftResult, DraftState, Expansion
+from .types import DraftResult, DraftState, Expansion, TreeRecord
 
 DraftModel = Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor], int], tuple]
 
@@ -111,6 +117,117 @@ def draft_step(
     return ops.expand_tree(step, expansion.scores, probs, ids, hidden=hidden), hidden
 
 
+class DraftGraphs:
+    """Captured draft loops, one :class:`~spec_hal.graphs.GraphRunner` per (model, steps, topk,
+    chain_hidden, backend, input signature), for ``run_draft(..., graph=graphs)``.
+
+    Create one per draft model and batch-size bucket list and keep it for the engine's lifetime:
+    the first ``run_draft`` call for a key captures one graph per bucket (warm-up, state guard,
+    capture), every later call replays. The model's weights (and anything else it closes over)
+    must keep their addresses while the object lives; it holds the model and the graph memory.
+
+    Attributes: ``batch_sizes`` (sorted buckets), ``runners`` (key -> GraphRunner; inspect
+    ``mode``, ``fallback_reason``, ``replays``). ``modes`` lists each runner's mode.
+    """
+
+    def __init__(self, batch_sizes: Sequence[int]):
+        self.batch_sizes = GraphRunner._check_batch_sizes(batch_sizes)
+        self.runners: dict[tuple, GraphRunner] = {}
+        self._models: dict[int, object] = {}  # id -> model: keeps ids unique while keyed by them
+
+    @property
+    def modes(self) -> list[str]:
+        return [runner.mode for runner in self.runners.values()]
+
+    def runner(self, model, inputs: dict, *, steps: int, topk: int, chain_hidden: bool, backend) -> GraphRunner:
+        """The runner for this loop, captured on first use. ``inputs``: the batch-first tensors."""
+        signature = tuple((name, tuple(value.shape[1:]), value.dtype, value.device) for name, value in inputs.items())
+        key = (id(model), steps, topk, chain_hidden, backend.name, signature)
+        if key not in self.runners:
+            loop = _CapturedLoop(model, steps=steps, topk=topk, chain_hidden=chain_hidden, backend=backend)
+            examples = {name: value[:0] for name, value in inputs.items()}
+            loop.guard_model_arguments = True  # warm-ups only: they may sync the host
+            try:
+                self.runners[key] = GraphRunner(loop, inputs=examples, batch_sizes=self.batch_sizes)
+            finally:
+                loop.guard_model_arguments = False
+            self._models[id(model)] = model
+        return self.runners[key]
+
+    def explain(self) -> str:
+        return "\n".join(runner.explain() for runner in self.runners.values()) or "DraftGraphs: nothing captured yet"
+
+
+class _CapturedLoop:
+    """The draft loop as a GraphRunner function: batch-first inputs, batch-first outputs."""
+
+    def __init__(self, model, *, steps: int, topk: int, chain_hidden: bool, backend):
+        self.model, self.steps, self.topk, self.chain_hidden, self.backend = model, steps, topk, chain_hidden, backend
+        self.guard_model_arguments = False
+
+    def __call__(self, *, positions, probs, ids, hidden=None) -> dict[str, torch.Tensor]:
+        capturing = positions.is_cuda and torch.cuda.is_current_stream_capturing()
+        model = _ArgumentGuard(self.model) if self.guard_model_arguments and not capturing else self.model
+        records, last_hidden = _draft_loop(model, positions, probs, ids, hidden, steps=self.steps, topk=self.topk,
+                                           chain_hidden=self.chain_hidden, backend=self.backend)
+        outputs = {field: torch.cat([getattr(record, field) for record in records], dim=1) for field in ("scores", "tokens", "parents")}
+        if last_hidden is not None:
+            outputs["hidden"] = last_hidden.view(probs.shape[0], self.topk, last_hidden.shape[1])
+        return outputs
+
+
+class _ArgumentGuard:
+    """Wraps the model during the capture warm-ups: a forward that changes its ``positions`` or
+    ``input_ids`` argument in place raises :class:`GraphStateError` (upstream bug 1: positions
+    advanced inside the forward). The driver recomputes positions per step, so such a model
+    would not drift here, but the engine state it shares with the model would, replay after
+    replay; the warm-up is the one place where checking costs no replay time."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, input_ids, positions, hidden, step):
+        before = {"positions": positions.clone(), "input_ids": input_ids.clone()}
+        output = self.model(input_ids, positions, hidden, step)
+        for name, after in (("positions", positions), ("input_ids", input_ids)):
+            if not torch.equal(before[name], after):
+                raise GraphStateError(
+                    f"draft model argument {name!r}: forward {step} changed it in place during the capture warm-up; "
+                    f"a captured draft loop must not advance or overwrite its inputs (upstream bug 1: positions "
+                    f"advanced by the forward). The driver computes the positions of every step.")
+        return output
+
+
+def _record_widths(steps: int, topk: int) -> list[tuple[int, int]]:
+    """(candidate columns, parent columns) of each step record."""
+    return [(topk, topk + 1)] + [(topk * topk, topk)] * (steps - 1)
+
+
+def _repack(outputs: dict[str, torch.Tensor], *, steps: int, topk: int) -> DraftResult:
+    records, candidate_start, parent_start = [], 0, 0
+    for candidates, parent_columns in _record_widths(steps, topk):
+        columns = slice(candidate_start, candidate_start + candidates)
+        records.append(TreeRecord(scores=outputs["scores"][:, columns], tokens=outputs["tokens"][:, columns],
+                                  parents=outputs["parents"][:, parent_start:parent_start + parent_columns]))
+        candidate_start, parent_start = candidate_start + candidates, parent_start + parent_columns
+    hidden = outputs.get("hidden")
+    return DraftResult(tuple(records), None if hidden is None else hidden.reshape(-1, hidden.shape[2]))
+
+
+def _draft_loop(model, positions, probs, ids, hidden, *, steps, topk, chain_hidden, backend):
+    """The loop itself on (bs,) int64 root positions: records and the last forward's hidden."""
+    root_positions = positions.repeat_interleave(topk)  # a new tensor: the input is only read
+    lane_positions = torch.empty_like(root_positions)
+    expansion = backend.expand_tree(0, None, probs, ids, hidden=hidden)
+    records = [expansion.record]
+    last_hidden = None
+    for step in range(1, steps):
+        expansion, last_hidden = draft_step(model, expansion, step=step, root_positions=root_positions, positions=lane_positions,
+                                            topk=topk, chain_hidden=chain_hidden, ops=backend)
+        records.append(expansion.record)
+    return records, last_hidden
+
+
 def run_draft(
     model: DraftModel,
     state: DraftState,
@@ -119,6 +236,7 @@ def run_draft(
     topk: int,
     chain_hidden: bool = False,
     backend=None,
+    graph: Optional[DraftGraphs] = None,
 ) -> DraftResult:
     """Run S draft steps (S - 1 forwards) and return the step records (P17, P18).
 
@@ -130,24 +248,37 @@ def run_draft(
         steps: S >= 1. topk: K, equal to ``state.probs.shape[1]``.
         chain_hidden: chained MTP (K = 1 only): step i+1 consumes step i's output hidden.
         backend: the backend running the ops (default: the one for the state's device).
+        graph: None (eager), or a :class:`DraftGraphs` built once with the batch-size buckets and
+            passed on every decode round: the first call for a (model, S, K, chain_hidden,
+            backend, state dtypes/widths) key captures the whole loop for every bucket, later
+            calls replay the smallest bucket >= bs (padding rows: zeros). bs above the largest
+            bucket raises :class:`InvalidInput` ("batch size"); run those batches with
+            ``graph=None``. Under a graph the model runs only at capture: it must read every
+            per-round value from its arguments (never from attributes the engine rebinds between
+            rounds; upstream bug 2) and keep its weights at fixed addresses. On CPU tensors, or
+            where capture fails, the runner's eager emulation runs (``graph.modes``, ``explain()``).
 
     Returns:
         :class:`~spec_hal.types.DraftResult`; ``organize_draft(result.records, N)`` then
         ``build_tree(state.roots, ..., state.positions, topk=K)`` build the verify tree.
-        The caller's tensors are never written.
+        The caller's tensors are never written. With ``graph``, the records are column views of
+        three (bs, total width) tensors, bit-identical to the eager records of the same padded
+        batch.
     """
     check_run_draft(model, state, steps=steps, topk=topk, chain_hidden=chain_hidden)
+    if graph is not None and not isinstance(graph, DraftGraphs):
+        raise InvalidInput("graph", "None or a DraftGraphs kept across rounds (capture happens once)", type(graph).__name__)
     if backend is None:
         from .selection import backend_for_device
 
         backend = backend_for_device(state.device)
-    root_positions = state.positions.to(torch.int64).repeat_interleave(topk)  # a new tensor
-    positions = torch.empty_like(root_positions)
-    expansion = backend.expand_tree(0, None, state.probs, state.ids, hidden=state.hidden)
-    records = [expansion.record]
-    hidden = None
-    for step in range(1, steps):
-        expansion, hidden = draft_step(model, expansion, step=step, root_positions=root_positions, positions=positions,
-                                       topk=topk, chain_hidden=chain_hidden, ops=backend)
-        records.append(expansion.record)
-    return DraftResult(tuple(records), hidden)
+    positions = state.positions.to(torch.int64)  # the caller's tensor itself when already int64: only read
+    if graph is None:
+        records, hidden = _draft_loop(model, positions, state.probs, state.ids, state.hidden, steps=steps, topk=topk,
+                                      chain_hidden=chain_hidden, backend=backend)
+        return DraftResult(tuple(records), hidden)
+    inputs = {"positions": positions, "probs": state.probs, "ids": state.ids}
+    if state.hidden is not None:
+        inputs["hidden"] = state.hidden
+    runner = graph.runner(model, inputs, steps=steps, topk=topk, chain_hidden=chain_hidden, backend=backend)
+    return _repack(runner.run(**inputs), steps=steps, topk=topk)

@@ -78,21 +78,12 @@ attribute rebound to a fresh tensor and read on the next call) is re-read on eve
 but frozen in a real graph; the emulation cannot reproduce that, except that the warm-up runs'
 side effects leak into the first real run. Keep carried state in declared mutable inputs.
 
-Integration with ``run_draft(..., graph=...)`` (issue 6 item 4, not built here)
-==================================================================================
-The draft-loop driver captures its whole loop with one runner per (model, steps, topk,
-chain_hidden) key, built on first use and cached by the driver:
-
-* the loop body becomes ``fn(*, input_ids, positions, hidden, ...)`` taking the batch-first
-  state tensors of ``state`` as inputs (``hidden`` in ``mutable`` only when ``chain_hidden``
-  and the driver hands the last hidden back to the caller); model weights and KV caches are
-  closed over;
-* the driver computes positions out of place (``positions + i``), so ``positions`` is a
-  non-mutable input and the state guard proves the caller's buffer unchanged (P17, bug 1);
-* ``fn`` returns the per-step tree records stacked along dim 1 (batch first), which
-  ``run_draft`` repacks into its ``DraftResult`` after ``runner.run(**state_tensors)``;
-* ``graph`` carries the bucket list (``graph=GraphConfig(batch_sizes=...)`` or a plain sequence),
-  and the driver reports ``runner.mode``/``runner.fallback_reason`` in its result.
+Integration with ``run_draft(..., graph=DraftGraphs(batch_sizes))``
+==================================================================
+Built in :mod:`spec_hal.draft_loop` (docs/drafting.md): ``DraftGraphs`` holds one runner per
+(model, steps, topk, chain_hidden, backend, input signature); the whole loop is ``fn`` over the
+state tensors (no mutable input: positions are computed out of place and the last hidden is an
+output), records come back concatenated batch first and are repacked into the DraftResult.
 """
 from __future__ import annotations
 

@@ -19,14 +19,15 @@ ROPE_BASE = 10.0  # small base: even the slowest rotated pair turns noticeably p
 def rope(x: torch.Tensor, positions: torch.Tensor, *, base: float = ROPE_BASE) -> torch.Tensor:
     """Rotate pairs (x[..., k], x[..., k + H/2]) by ``positions * base^(-k / (H/2))`` radians.
 
-    x: (..., H) float with H even; positions: x.shape[:-1] integer. Returns a new tensor.
+    x: (..., H) float with H even; positions: x.shape[:-1] integer. Returns a new tensor of
+    x's dtype (the angles are computed in float64).
     """
     half = x.shape[-1] // 2
     frequencies = base ** (-torch.arange(half, dtype=DTYPE, device=x.device) / half)
     angle = positions.to(DTYPE)[..., None] * frequencies
     first, second = x[..., :half], x[..., half:]
     cos, sin = torch.cos(angle), torch.sin(angle)
-    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1).to(x.dtype)
 
 
 def _weights(generator: torch.Generator, rows: int, cols: int, scale: float) -> torch.Tensor:
@@ -45,32 +46,35 @@ class _DraftLayer:
 
 
 class _DraftBase:
-    def __init__(self, *, vocab_size: int, hidden_size: int, seed: int):
+    def __init__(self, *, vocab_size: int, hidden_size: int, seed: int, dtype: torch.dtype = DTYPE):
         if hidden_size % 2:
             raise ValueError("hidden_size must be even (RoPE rotates pairs)")
         self.generator = torch.Generator().manual_seed(seed)
         self.vocab_size, self.hidden_size = vocab_size, hidden_size
         self.embedding = _weights(self.generator, vocab_size, hidden_size, 1.0)
         self.head = _weights(self.generator, hidden_size, vocab_size, 4.0 / hidden_size ** 0.5)
+        self.dtype = dtype
 
     def _layer(self, step: int) -> _DraftLayer:
         raise NotImplementedError
 
     def to(self, device) -> "_DraftBase":
-        """Move the weights to ``device`` (in place; returns self) so that calls do no copies."""
-        self.embedding, self.head = self.embedding.to(device), self.head.to(device)
+        """Move the weights to ``device`` in the model's dtype (in place; returns self) so that
+        calls do no copies."""
+        self.embedding, self.head = self.embedding.to(device, self.dtype), self.head.to(device, self.dtype)
         for layer in self._all_layers():
-            layer.w_token, layer.w_hidden = layer.w_token.to(device), layer.w_hidden.to(device)
+            layer.w_token, layer.w_hidden = layer.w_token.to(device, self.dtype), layer.w_hidden.to(device, self.dtype)
         return self
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden: Optional[torch.Tensor], step: int):
         """input_ids (R,) int, positions (R,) int, hidden (R, H) float or None, step int.
 
-        Returns logits (R, V) float64 and the new hidden state (R, H) float64.
+        Returns logits (R, V) and the new hidden state (R, H), in the model's dtype (float64 by
+        default; call ``to(device)`` first for another dtype).
         """
         device = input_ids.device
         features = rope(self.embedding.to(device)[input_ids.long()], positions)
-        previous = torch.zeros_like(features) if hidden is None else hidden.to(DTYPE)
+        previous = torch.zeros_like(features) if hidden is None else hidden.to(features.dtype)
         new_hidden = self._layer(step)(features, previous)
         return new_hidden @ self.head.to(device), new_hidden
 
@@ -78,8 +82,8 @@ class _DraftBase:
 class EagleDraftModel(_DraftBase):
     """One draft layer reused at every step; consumes the previous hidden state (EAGLE)."""
 
-    def __init__(self, *, vocab_size: int = 64, hidden_size: int = 16, seed: int = 0):
-        super().__init__(vocab_size=vocab_size, hidden_size=hidden_size, seed=seed)
+    def __init__(self, *, vocab_size: int = 64, hidden_size: int = 16, seed: int = 0, dtype: torch.dtype = DTYPE):
+        super().__init__(vocab_size=vocab_size, hidden_size=hidden_size, seed=seed, dtype=dtype)
         self.layer = _DraftLayer(self.generator, hidden_size)
 
     def _layer(self, step: int) -> _DraftLayer:

@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from spec_hal.conformance.guards import no_host_sync
-from spec_hal.draft_loop import run_draft
-from spec_hal.errors import InvalidInput
+from spec_hal.capabilities import graph_support
+from spec_hal.draft_loop import DraftGraphs, run_draft
+from spec_hal.errors import GraphStateError, InvalidInput
 from spec_hal.testing import ChainedMtpDraftModel, EagleDraftModel
 from spec_hal.topk import draft_topk as reference_draft_topk
 from spec_hal.tree import expand_tree as reference_expand_tree
-from spec_hal.types import DraftState
+from spec_hal.types import DraftState, TreeRecord
 
 pytestmark = pytest.mark.spec_hal_op("run_draft")
 
@@ -187,3 +188,117 @@ def test_run_draft_rejects_bad_input(backend):
         with pytest.raises(InvalidInput) as error:
             call()
         assert error.value.argument == argument
+
+
+# ------------------------------------------------------------------------- graph=DraftGraphs
+GRAPH_BUCKETS = (1, 4)
+# Every bucket exactly (4 is the largest), a padded batch replaying bucket 4 again with new
+# inputs (3 -> 4), and bs = 0. Small: draft_topk under the interpreter costs ~0.1 s per row.
+GRAPH_ROUNDS = (4, 3, 1, 0)
+EXPECTED_GRAPH_MODE = {"cuda": "cuda_graph", "rocm": "hip_graph", "cpu": "eager", "triton-interpret": "eager"}
+
+
+def _padded(state: DraftState, rows: int) -> DraftState:
+    """The state with zero rows appended up to ``rows`` (the runner's padding values)."""
+    def pad(tensor):
+        if tensor is None:
+            return None
+        extra = torch.zeros((rows - tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+        return torch.cat([tensor, extra])
+    return DraftState(*(pad(getattr(state, name)) for name in STATE_FIELDS))
+
+
+def _bucket(bs: int) -> int:
+    return min(bucket for bucket in GRAPH_BUCKETS if bucket >= bs)
+
+
+def _assert_same_result(got, want, bs: int, what: str) -> None:
+    """Bit-identical records (and last hidden) for the first ``bs`` rows."""
+    assert got.num_steps == want.num_steps
+    for index, (g, w) in enumerate(zip(got.records, want.records)):
+        for field in ("scores", "tokens", "parents"):
+            a, b = getattr(g, field), getattr(w, field)[:bs]
+            assert a.shape == b.shape and a.dtype == b.dtype, f"{what}: step {index} {field} shape/dtype {tuple(a.shape)} {a.dtype}"
+            assert torch.equal(a, b), f"{what}: step {index} {field} differ between graph replay and eager"
+    if want.hidden is not None:
+        lanes = bs * (want.hidden.shape[0] // max(want.records[0].tokens.shape[0], 1))
+        assert got.hidden is not None and torch.equal(got.hidden, want.hidden[:lanes]), f"{what}: last hidden differs"
+
+
+def check_graph_rounds(backend, model, *, steps: int, topk: int, chain_hidden: bool = False, nodes: int, driver=run_draft) -> None:
+    """run_draft(graph=...) over decode rounds of new states equals run_draft without a graph:
+    records bit-identical to the eager loop on the same padded batch (what the replay computes),
+    the verify tree built from them equal, caller state unchanged, one capture, every bucket
+    replayed, the mode expected for the backend. (The eager loop itself is checked against the
+    reference loop by test_run_draft_matches_reference_loop.)
+
+    ``driver`` is the engine's call of run_draft; tests/ passes broken ones (upstream bug 2)."""
+    model.to(backend.device)
+    graphs = DraftGraphs(GRAPH_BUCKETS)
+    for round_index, bs in enumerate(GRAPH_ROUNDS):
+        state = make_state(bs, topk, seed=100 * round_index + steps, device=backend.device)
+        what = f"round {round_index} (bs={bs}, S={steps}, K={topk})"
+        kwargs = dict(steps=steps, topk=topk, chain_hidden=chain_hidden)
+        if round_index == 0:  # capture: the warm-ups synchronise the host, outside the no-sync guard
+            got = driver(model, state, backend=backend, graph=graphs, **kwargs)
+        else:
+            got = _run(driver, backend, model, state, graph=graphs, **kwargs)
+        want = run_draft(model, _padded(state, _bucket(bs)), backend=backend, **kwargs)
+        _assert_same_result(got, want, bs, what)
+        trees = []
+        for records in (got.records, [TreeRecord(*(getattr(r, f)[:bs] for f in ("scores", "tokens", "parents"))) for r in want.records]):
+            with no_host_sync(backend.device):
+                parents, selected, draft_tokens = backend.organize_draft(records, nodes)
+                trees.append(backend.build_tree(state.roots, parents, selected, draft_tokens, state.positions, topk=topk))
+        for field in ("tokens", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "mask"):
+            assert torch.equal(getattr(trees[0], field), getattr(trees[1], field)), f"{what}: tree {field} differs from the eager tree"
+    assert len(graphs.runners) == 1, "the loop was captured more than once across rounds"
+    runner = next(iter(graphs.runners.values()))
+    assert all(count >= 1 for count in runner.replays.values()), f"a bucket was never replayed: {runner.replays}"
+    expected_mode = EXPECTED_GRAPH_MODE.get(backend.name, graph_support(backend.device).mode)
+    assert runner.mode == expected_mode, f"mode {runner.mode!r}, expected {expected_mode!r}: {runner.explain()}"
+
+
+@pytest.mark.parametrize("steps, topk, nodes", [(3, 1, 4), (3, 4, 8)])
+def test_run_draft_graph_equals_eager(backend, steps, topk, nodes):
+    check_graph_rounds(backend, EagleDraftModel(seed=steps), steps=steps, topk=topk, nodes=nodes)
+
+
+def test_run_draft_graph_chain_hidden_equals_eager(backend):
+    """Chained MTP under a graph (bug 2): every round replays the chain from the new state."""
+    check_graph_rounds(backend, ChainedMtpDraftModel(num_layers=3, seed=5), steps=4, topk=1, chain_hidden=True, nodes=5)
+
+
+class PositionAdvancingModel:
+    """Upstream bug 1: the forward advances its positions buffer in place after running."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, input_ids, positions, hidden, step):
+        output = self.model(input_ids, positions, hidden, step)
+        positions.add_(1)
+        return output
+
+    def to(self, device):
+        self.model.to(device)
+        return self
+
+
+def test_run_draft_graph_rejects_drifting_positions(backend):
+    """Bug 1 regression: a forward that advances positions is a GraphStateError at capture."""
+    model = PositionAdvancingModel(EagleDraftModel(seed=3)).to(backend.device)
+    state = make_state(3, 4, seed=1, device=backend.device)
+    with pytest.raises(GraphStateError, match="'positions'"):
+        run_draft(model, state, steps=3, topk=4, backend=backend, graph=DraftGraphs((4,)))
+
+
+def test_run_draft_graph_rejects_bad_input(backend):
+    model = EagleDraftModel().to(backend.device)
+    state = make_state(3, 4, seed=0, device=backend.device)
+    with pytest.raises(InvalidInput) as error:
+        run_draft(model, state, steps=2, topk=4, backend=backend, graph=(1, 4))
+    assert error.value.argument == "graph"
+    with pytest.raises(InvalidInput) as error:
+        run_draft(model, state, steps=2, topk=4, backend=backend, graph=DraftGraphs((2,)))
+    assert error.value.argument == "batch size"
