@@ -4,7 +4,11 @@ One module per op family (``kernels/topk.py``, ...). Each defines ``PROVIDERS``:
 ``(host_function, description)``; a host function takes the op's arguments plus ``target=`` (a
 :class:`~spec_hal.kernels.launch.KernelTarget`) and picks its launch config from the target.
 Each also defines ``compile_specs(target)`` listing every (kernel, signature, constexprs,
-num_warps) the backends launch, which the offline compile matrix builds for every GPU target.
+num_warps[, attrs]) the backends launch, which the offline compile matrix builds for every GPU
+target as ``ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)``. The
+optional fifth element is ASTSource's ``attrs`` (``{(argument index,): [["tt.divisibility", 16]]}``):
+the runtime specialisation Triton's JIT applies (see ``launch.runtime_specialized``); a 4-tuple is
+a generic launch (attrs None).
 
 Nothing here is imported by ``import spec_hal``; Triton is imported when a Triton backend is built.
 """

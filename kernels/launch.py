@@ -53,3 +53,36 @@ class KernelTarget:
         if multiprocessors is None:
             multiprocessors = info.multiprocessors if info else (304 if amd else 132)
         return cls("amd" if amd else "nvidia", arch, 64 if amd else 32, multiprocessors)
+
+
+def runtime_specialized(target: KernelTarget, kernel, signature: dict, constexprs: dict, num_warps: int, *, values: dict):
+    """A compile spec ``(kernel, signature, constexprs, num_warps, attrs)`` of a launch as Triton's
+    JIT (3.6 to 3.9) specialises it at run time, for the int arguments' ``values`` (name to int;
+    every int argument of ``signature``) and pointers from the torch allocator (16-byte aligned,
+    under 2 GiB):
+
+    * an int equal to 1 becomes a constexpr (a unit stride makes a load contiguous, so vectorised);
+    * an int that fits in 32 bits is ``i32`` (else ``i64``); a multiple of 16 and every pointer get
+      ``tt.divisibility`` 16;
+    * on AMD, pointers also get ``tt.pointer_range`` 32 (buffer ops, on by default).
+
+    ``attrs`` is ASTSource's: ``{(argument index,): [[attribute, value], ...]}``. The generic specs
+    (no attrs) are what a launch with misaligned pointers compiles, so both kinds belong in
+    ``compile_specs``.
+    """
+    signature, constexprs, attrs = dict(signature), dict(constexprs), {}
+    ints = [name for name, kind in signature.items() if kind in ("i32", "i64")]
+    if sorted(ints) != sorted(values):
+        raise ValueError(f"values must give exactly the int arguments {ints}, got {sorted(values)}")
+    for name, kind in signature.items():
+        index = (kernel.arg_names.index(name),)
+        if kind.startswith("*"):
+            attrs[index] = [["tt.divisibility", 16]] + ([["tt.pointer_range", 32]] if target.vendor == "amd" else [])
+        elif name in values and values[name] == 1:
+            signature[name] = "constexpr"
+            constexprs[name] = 1
+        elif name in values:
+            signature[name] = "i32" if -2**31 <= values[name] < 2**31 else "i64"
+            if values[name] % 16 == 0:
+                attrs[index] = [["tt.divisibility", 16]]
+    return kernel, signature, constexprs, num_warps, attrs

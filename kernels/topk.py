@@ -25,7 +25,7 @@ import triton.language as tl
 
 from spec_hal.topk import MAX_TOPK
 
-from .launch import KernelTarget
+from .launch import KernelTarget, runtime_specialized
 
 # Rank key below every real one (masked lanes, empty slots); the lowest real key, -inf with id
 # 2**31 - 1, is about -9.19e18.
@@ -211,9 +211,11 @@ _LOGIT_TYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 
 
 def compile_specs(target: KernelTarget):
-    """Every distinct (kernel, signature, constexprs, num_warps) the host function launches on
-    ``target``: each launch config, each logits dtype, and the smallest and largest k (k only
-    sets how many selection passes are unrolled, so these bound register use)."""
+    """Every distinct (kernel, signature, constexprs, num_warps[, attrs]) the host function launches
+    on ``target``: each launch config, each logits dtype, and the smallest and largest k (k only
+    sets how many selection passes are unrolled, so these bound register use); each generic
+    (misaligned pointers) and as Triton specialises it at run time for contiguous logits
+    (``launch.runtime_specialized``: the unit column stride is a constexpr)."""
     specs = {}
     for rows, vocab in ((1, 151936), (256, 151936), (1, 127)):
         config = launch_config(target, rows, vocab)
@@ -225,13 +227,20 @@ def compile_specs(target: KernelTarget):
                              "num_tiles": "i32", "K": "constexpr", "BLOCK": "constexpr"}
                 constexprs = {"K": k, "BLOCK": config.block}
                 specs[("tile", logit_type, k, config.block, config.tile_warps)] = (_tile_topk_kernel, signature, constexprs, config.tile_warps)
-            for map_type in ("i32", "i64"):
+                specs[("tile", logit_type, k, config.block, config.tile_warps, vocab)] = runtime_specialized(
+                    target, _tile_topk_kernel, signature, constexprs, config.tile_warps,
+                    values={"stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_tiles": triton.cdiv(vocab, config.block)})
+            # Without a token map the placeholder pointer is tile_max (fp32).
+            for map_type, has_map in (("i32", True), ("i64", True), ("fp32", False)):
                 signature = {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
                              "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
                              "ids_ptr": "*i64", "num_tiles": "i32", "K": "constexpr", "TILES": "constexpr",
                              "HAS_TOKEN_MAP": "constexpr"}
-                constexprs = {"K": k, "TILES": tiles, "HAS_TOKEN_MAP": True}
+                constexprs = {"K": k, "TILES": tiles, "HAS_TOKEN_MAP": has_map}
                 specs[("merge", map_type, k, tiles, config.merge_warps)] = (_merge_tiles_kernel, signature, constexprs, config.merge_warps)
+                specs[("merge", map_type, k, tiles, config.merge_warps, vocab)] = runtime_specialized(
+                    target, _merge_tiles_kernel, signature, constexprs, config.merge_warps,
+                    values={"num_tiles": triton.cdiv(vocab, config.block)})
     return list(specs.values())
 
 

@@ -29,7 +29,7 @@ import triton.language as tl
 from spec_hal.types import DraftTree, Verdict
 import spec_hal.verify as semantics
 
-from .launch import KernelTarget
+from .launch import KernelTarget, runtime_specialized
 
 # Globals read inside kernels must be constexpr.
 NO_ID = tl.constexpr(2**31 - 1)
@@ -88,39 +88,44 @@ def _sample_final(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q,
     """The final token of each request (R,) int64: inverse-CDF of the quantised residual, else of
     the target row, else 0. The residual is max(0, p - q) (HAS_Q; q read where use_q) or p with
     the ``rejected`` tokens (R, L; -1 none) removed (HAS_REJECTED; their quantised p in rejected_q)."""
+    # Inclusive running sums of the quantised blocks, built in the block loop: every block from k
+    # on holds the sum up to k, so padding blocks end up holding the total. (tl.cumsum over this
+    # (R, NB_PAD) tensor does not lower on Triton 3.6 when NB_PAD is below a thread's vector width.)
     blocks = tl.arange(0, NB_PAD)
-    sums_p = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
-    sums_r = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+    running_p = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+    running_r = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+    total_p = tl.zeros([BLOCK_R], dtype=tl.int64)
+    total_r = tl.zeros([BLOCK_R], dtype=tl.int64)
     num_blocks = tl.cdiv(vocab, BLOCK_V)
     for k in range(num_blocks):
         cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
         ok = req_ok[:, None] & (cols[None, :] < vocab)
         p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=ok, other=0.0))
-        here = blocks[None, :] == k
-        sums_p = tl.where(here, tl.sum(_quantize(p), axis=1)[:, None], sums_p)
+        from_here = blocks[None, :] >= k
+        total_p += tl.sum(_quantize(p), axis=1)
+        running_p = tl.where(from_here, total_p[:, None], running_p)
         if HAS_Q:
             q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols[None, :].to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
             diff = p - q
-            sums_r = tl.where(here, tl.sum(_quantize(tl.where(diff > 0, diff, 0.0)), axis=1)[:, None], sums_r)
-    if HAS_Q:
-        residual_sums = sums_r
-    elif HAS_REJECTED:
-        block_of = tl.where(rejected >= 0, rejected // BLOCK_V, -1)
-        removed = tl.sum(tl.where(block_of[:, None, :] == blocks[None, :, None], rejected_q[:, None, :], 0), axis=2)
-        residual_sums = sums_p - removed
-    else:
-        residual_sums = sums_p
-    total_r = tl.sum(residual_sums, axis=1)
-    total_p = tl.sum(sums_p, axis=1)
+            total_r += tl.sum(_quantize(tl.where(diff > 0, diff, 0.0)), axis=1)
+            running_r = tl.where(from_here, total_r[:, None], running_r)
+    if not HAS_Q:
+        if HAS_REJECTED:
+            block_of = tl.where(rejected >= 0, rejected // BLOCK_V, NB_PAD)  # NB_PAD: in no block's prefix
+            removed_before = tl.sum(tl.where(block_of[:, None, :] <= blocks[None, :, None], rejected_q[:, None, :], 0), axis=2)
+            running_r = running_p - removed_before
+            total_r = total_p - tl.sum(tl.where(rejected >= 0, rejected_q, 0), axis=1)
+        else:
+            running_r = running_p
+            total_r = total_p
     use_residual = total_r > 0
-    sums = tl.where(use_residual[:, None], residual_sums, sums_p)
+    running = tl.where(use_residual[:, None], running_r, running_p)
     total = tl.where(use_residual, total_r, total_p)
     threshold = (coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64)
     threshold = tl.minimum(threshold, total - 1)
     # The crossing block: the number of blocks whose inclusive running sum is <= threshold.
-    running = tl.cumsum(sums, axis=1)
     crossing = tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
-    before = tl.sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), axis=1)
+    before = tl.sum(tl.where(blocks[None, :] == crossing[:, None] - 1, running, 0), axis=1)
 
     cols = crossing[:, None] * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
     ok = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
@@ -511,58 +516,71 @@ PROVIDERS = {
 # offline compilation and launch descriptions
 
 _LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
-_SHAPES = ((1, 4, 32000), (64, 8, 151936), (256, 32, 151936), (3, 6, 8))  # (bs, N, V)
+# (bs, N, V, S): production shapes, an odd tiny one, and the conformance case whose runtime
+# specialisation (unit vocabulary stride, V and row stride multiples of 16) once failed to lower.
+_SHAPES = ((1, 4, 32000, 3), (64, 8, 151936, 5), (256, 32, 151936, 5), (3, 6, 8, 5), (4, 8, 16, 3))
 
 
 def compile_specs(target: KernelTarget):
-    """Every (kernel, signature, constexprs, num_warps) the host functions launch on ``target``."""
+    """Every (kernel, signature, constexprs, num_warps[, attrs]) the host functions launch on
+    ``target``: each launch generic (misaligned pointers) and as Triton specialises it at run time
+    for contiguous inputs of each shape (``launch.runtime_specialized``: unit strides become
+    constexprs, multiples of 16 get ``tt.divisibility``)."""
     specs = []
+
+    def add(kernel, signature, constexprs, num_warps, **values):
+        specs.append((kernel, signature, constexprs, num_warps))
+        specs.append(runtime_specialized(target, kernel, signature, constexprs, num_warps, values=values))
+
     walk_links = {"next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64"}
     verdict = {"predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32"}
-    for bs, nodes, vocab in _SHAPES:
-        steps = min(nodes - 1, 5)
+    for bs, nodes, vocab, steps in _SHAPES:
         argmax = argmax_launch(target, bs * nodes, vocab)
-        tiles = _pow2(triton.cdiv(vocab, argmax.block))
+        num_tiles = triton.cdiv(vocab, argmax.block)
         for logit_type in _LOGIT_TYPES:
-            specs.append((_argmax_tile_kernel,
-                          {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
-                           "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "BLOCK": "constexpr"},
-                          {"BLOCK": argmax.block}, argmax.warps))
+            add(_argmax_tile_kernel,
+                {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
+                 "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "BLOCK": "constexpr"},
+                {"BLOCK": argmax.block}, argmax.warps, stride_row=vocab, stride_col=1, vocab=vocab, num_tiles=num_tiles)
         walk = walk_launch(target, bs, nodes)
         for from_logits, target_type in ((True, "*fp32"), (False, "*i64"), (False, "*i32")):
-            specs.append((_greedy_walk_kernel,
-                          {**walk_links, "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
-                           **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr",
-                           "W_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
-                          {"BLOCK_R": walk.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILES_PAD": tiles, "FROM_LOGITS": from_logits},
-                          walk.warps))
-            specs.append((_chain_greedy_kernel,
-                          {"cand_ptr": "*i64", "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
-                           "num_correct_ptr": "*i32", "bonus_ptr": "*i64", "bs": "i32", "width": "i32", "BLOCK_R": "constexpr",
-                           "B_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
-                          {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": tiles, "FROM_LOGITS": from_logits}, walk.warps))
+            tiles = num_tiles if from_logits else 1
+            add(_greedy_walk_kernel,
+                {**walk_links, "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
+                 **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr",
+                 "W_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
+                {"BLOCK_R": walk.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits},
+                walk.warps, num_tiles=tiles, bs=bs, nodes=nodes, num_steps=steps)
+            add(_chain_greedy_kernel,
+                {"cand_ptr": "*i64", "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
+                 "num_correct_ptr": "*i32", "bonus_ptr": "*i64", "bs": "i32", "width": "i32", "BLOCK_R": "constexpr",
+                 "B_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
+                {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits}, walk.warps,
+                num_tiles=tiles, bs=bs, width=nodes)
         sampling = walk_launch(target, bs, nodes, vocab)
         blocks = _pow2(triton.cdiv(vocab, sampling.block_v))
-        specs.append((_sampling_walk_kernel,
-                      {**walk_links, "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64",
-                       "coins_ptr": "*fp32", "final_coins_ptr": "*fp32", "threshold_single": "fp32", "threshold_acc": "fp32",
-                       **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
-                       "N_PAD": "constexpr", "W_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
-                      {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
-                      sampling.warps))
-        specs.append((_chain_sampling_kernel,
-                      {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
-                       "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
-                       "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
-                       "N_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
-                      {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
-                      sampling.warps))
+        add(_sampling_walk_kernel,
+            {**walk_links, "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64",
+             "coins_ptr": "*fp32", "final_coins_ptr": "*fp32", "threshold_single": "fp32", "threshold_acc": "fp32",
+             **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
+             "N_PAD": "constexpr", "W_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
+            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
+            sampling.warps, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps, vocab=vocab)
+        chain_steps = nodes - 1
+        add(_chain_sampling_kernel,
+            {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
+             "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
+             "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
+             "N_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
+            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
+            sampling.warps, stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
+            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab)
     return specs
 
 
 def describe_launch(target: KernelTarget) -> list[str]:
     lines = []
-    for bs, nodes, vocab in _SHAPES[:3]:
+    for bs, nodes, vocab, _ in _SHAPES[:3]:
         argmax = argmax_launch(target, bs * nodes, vocab)
         walk = walk_launch(target, bs, nodes)
         sampling = walk_launch(target, bs, nodes, vocab)

@@ -2,7 +2,7 @@
 
 For each target (``sm_80``, ``sm_90``, ``sm_100``, ``gfx90a``, ``gfx942``, ``gfx950``) and each
 module in ``spec_hal.kernels.KERNEL_MODULES``, ``compile_specs(KernelTarget.for_arch(arch))``
-lists every (kernel, signature, constexprs, num_warps[, options]) the backends launch there. Each
+lists every (kernel, signature, constexprs, num_warps[, attrs]) the backends launch there. Each
 is built with ``triton.compile(ASTSource(...), target=GPUTarget(...))`` (the real GPU compiler,
 never the interpreter) and its resources are read from the binary Triton produced:
 
@@ -283,10 +283,14 @@ def stale_entries(entries: list[dict], jobs: list[CompileJob], results: list[Ker
 
 
 def _spec_parts(spec) -> tuple:
-    """(kernel, signature, constexprs, num_warps, options) of a compile_specs entry."""
+    """(kernel, signature, constexprs, num_warps, attrs) of a compile_specs entry.
+
+    The optional fifth element holds ``ASTSource`` attrs (argument position to specialisations
+    such as ``[["tt.divisibility", 16]]``), as ``kernels.launch.runtime_specialized`` builds them
+    to reproduce what Triton's JIT does at launch time."""
     kernel, signature, constexprs, num_warps = spec[:4]
-    options = dict(spec[4]) if len(spec) > 4 else {}
-    return kernel, signature, constexprs, num_warps, options
+    attrs = dict(spec[4]) if len(spec) > 4 else {}
+    return kernel, signature, constexprs, num_warps, attrs
 
 
 def _kernel_name(kernel) -> str:
@@ -311,7 +315,7 @@ def collect_jobs(module_names: Sequence[str], archs: Sequence[str]) -> tuple[lis
                 job = CompileJob(
                     module=module_name, spec_index=index, kernel=_kernel_name(kernel), arch=arch, num_warps=int(num_warps),
                     signature=json.dumps(signature, sort_keys=True), constexprs=json.dumps(constexprs, sort_keys=True, default=str),
-                    options=json.dumps(options, sort_keys=True),
+                    options=repr(sorted(options.items())),
                 )
                 key = (job.module, job.kernel, job.arch, job.num_warps, job.signature, job.constexprs, job.options)
                 jobs.setdefault(key, job)
@@ -334,8 +338,8 @@ def compile_job(job: CompileJob) -> KernelResources:
     started = time.perf_counter()
     try:
         kernel, signature, constexprs, num_warps, options = _spec_parts(_specs(job.module, job.arch)[job.spec_index])
-        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
-        compiled = triton.compile(source, target=target, options={"num_warps": num_warps, **options})
+        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=options or None)
+        compiled = triton.compile(source, target=target, options={"num_warps": num_warps})
         result.shared_bytes = int(compiled.metadata.shared)
         if target.backend == "cuda":
             usage = cubin_resources(compiled.asm["cubin"])
