@@ -253,17 +253,18 @@ class SpeculativeEngine:
                 "retrieve_index": tree.retrieve_index, "retrieve_next_token": tree.retrieve_next_token,
                 "retrieve_next_sibling": tree.retrieve_next_sibling, "mask": tree.mask}
 
-    def _graph_runner(self, state: DraftState) -> GraphRunner:
-        if self._graph is None:
-            examples = {name: getattr(state, name)[:0] for name in ("roots", "positions", "probs", "ids")}
-            self._graph = GraphRunner(self._draft_tree_tensors, inputs=examples, batch_sizes=(state.roots.shape[0],))
-        return self._graph
+    def _build_graph(self, batch_size: int) -> None:
+        """Capture draft + tree for this batch size (capture synchronises: never inside the guard)."""
+        index = torch.empty(0, dtype=torch.int64, device=self.device)
+        top = torch.empty(0, self.config.topk, device=self.device)
+        examples = {"roots": index, "positions": index, "probs": top.float(), "ids": top.long()}
+        self._graph = GraphRunner(self._draft_tree_tensors, inputs=examples, batch_sizes=(batch_size,))
 
     def _draft_tree(self, state: DraftState) -> DraftTree:
         inputs = {"roots": state.roots, "positions": state.positions, "probs": state.probs, "ids": state.ids}
         if self.config.graphs:
             with self.timer.section("draft + tree (graph)"):
-                out = self._graph_runner(state).run(**inputs)
+                out = self._graph.run(**inputs)
         else:
             out = self._draft_tree_tensors(**inputs)
         return DraftTree(tokens=out["tokens"].reshape(-1), positions=out["positions"].reshape(-1),
@@ -331,6 +332,8 @@ class SpeculativeEngine:
         node_columns = torch.arange(cfg.draft_tokens, device=device)
         seq_lens = torch.full((bs,), prompt.shape[1] - 1, dtype=torch.int64, device=device)
         roots = prompt[:, -1].contiguous()
+        if cfg.graphs:
+            self._build_graph(bs)
         with self.guard(device):
             with self.timer.section("target"):
                 self._prefill(prompt)
