@@ -8,8 +8,7 @@ setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
 
 demo: setup
-	$(PYTHON) -m spec_hal.cli info
-	$(PYTHON) -m spec_hal.cli conformance --quick --report $(REPORTS)/conformance-auto.json
+	$(PYTHON) -m spec_hal.cli demo
 
 test: setup
 	SPEC_HAL_REPORT_DIR=$(REPORTS) $(PYTHON) -m pytest tests -v -rs --durations=15

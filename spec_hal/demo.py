@@ -105,7 +105,7 @@ def _print_report(out, backend, config, args, prompt, result, elapsed, engine) -
             and not ("mamba" in op and not args.hybrid)]
     print(f"backend: {backend.name} (device {backend.device})", file=out)
     for op in used:
-        print(f"  {op:<18} {providers[op]}", file=out)
+        print(f"  {op:<20} {providers[op]}", file=out)
     model = "hybrid (attention + recurrent layer)" if args.hybrid else "attention only"
     graph = engine._graph.mode if engine._graph is not None else "off"
     print(f"model: target {model}, V={VOCAB} H={HIDDEN} float64; draft = target head + noise", file=out)
