@@ -264,5 +264,7 @@ class OracleDraftModel:
         predicted = self.sequences[request, column]
         if not self.agree:
             predicted = (predicted + 1) % self.vocab_size
-        logits = torch.nn.functional.one_hot(predicted, self.vocab_size).to(DTYPE) * 20.0
+        # scatter, not one_hot: one_hot validates the ids on the host (a device sync on CUDA)
+        logits = torch.zeros(rows, self.vocab_size, dtype=DTYPE, device=input_ids.device)
+        logits.scatter_(1, predicted[:, None], 20.0)
         return logits, torch.zeros(rows, self.hidden_size, dtype=DTYPE, device=input_ids.device)
