@@ -133,7 +133,7 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor, *, min_expecte
     return statistic, p_value, dof
 
 
-def check_sampling_distribution(backend, *, steps=2, topk=2, draft_tokens=3, runs=None, ops=None) -> None:
+def check_sampling_distribution(backend, *, steps=1, topk=3, draft_tokens=4, runs=None, ops=None) -> None:
     """At temperature > 0 the first two generated tokens follow the target's joint distribution."""
     runs = runs or SAMPLING_RUNS.get(backend.name, DEFAULT_SAMPLING_RUNS)
     target = TargetModel(vocab_size=SAMPLING_VOCAB, hidden_size=HIDDEN, recurrent=True, context_gain=CONTEXT_GAIN, seed=5)
