@@ -12,8 +12,7 @@ setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
 
 demo: setup
-	$(PYTHON) -m spec_hal.cli info
-	$(PYTHON) -m spec_hal.cli conformance --quick --report $(REPORTS)/conformance-auto.json
+	$(PYTHON) -m spec_hal.cli demo
 
 # The project's tests (they run the conformance suite on every backend this machine has), then
 # every Triton kernel compiled offline for the six GPU targets.

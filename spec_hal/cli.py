@@ -1,4 +1,4 @@
-"""The ``spec-hal`` command: ``info``, ``conformance``, ``compile-matrix`` (and more subcommands as they land)."""
+"""The ``spec-hal`` command: ``demo``, ``info``, ``conformance``, ``compile-matrix``."""
 from __future__ import annotations
 
 import argparse
@@ -45,9 +45,21 @@ def _compile_matrix(args: argparse.Namespace) -> int:
                 timeout_s=args.timeout, known_issues_path=args.known_issues)
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .demo import add_arguments as add_demo_arguments
+
     parser = argparse.ArgumentParser(prog="spec-hal", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="speculative decoding end to end with a small model pair, on this machine's backend")
+    add_demo_arguments(demo)
+    demo.set_defaults(run=_demo)
 
     info = commands.add_parser("info", help="what backend this machine gets, and why")
     info.add_argument("--backend", help="explain this backend instead of the auto-selected one")

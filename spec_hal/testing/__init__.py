@@ -1,13 +1,20 @@
-"""Small deterministic float64 models for tests, conformance cases and the demo.
+"""Small deterministic float64 models and the reference engine loop, for tests, conformance cases
+and the demo.
 
-* :class:`TargetModel`: one causal attention layer with RoPE; logits for every position of a
-  sequence (the end-to-end issue extends it with a paged KV cache and a recurrent layer).
+* :class:`TargetModel`: one causal attention layer with RoPE and, optionally, a recurrent
+  (Mamba-like) layer; plain greedy decoding and its sampling distribution as the references.
 * :class:`EagleDraftModel`: an EAGLE-style draft that consumes the previous hidden state.
 * :class:`ChainedMtpDraftModel`: one layer per draft step (chained multi-token prediction).
+* :class:`NoisyDraftModel`: the target's head on the current token plus noise (high, imperfect
+  acceptance); :class:`OracleDraftModel`: predicts a given continuation (or never agrees).
+* :class:`SpeculativeEngine` / :class:`EngineConfig` (``spec_hal.testing.engine``): the
+  speculative-decoding loop made of spec_hal ops, over a paged KV cache.
 
 Draft models follow the ``run_draft`` interface (DESIGN.md §4):
 ``model(input_ids, positions, hidden, step) -> (logits, hidden)``.
 """
-from .models import ChainedMtpDraftModel, EagleDraftModel, TargetModel, rope
+from .engine import EngineConfig, Generation, SpeculativeEngine
+from .models import ChainedMtpDraftModel, EagleDraftModel, NoisyDraftModel, OracleDraftModel, TargetModel, rope
 
-__all__ = ["ChainedMtpDraftModel", "EagleDraftModel", "TargetModel", "rope"]
+__all__ = ["ChainedMtpDraftModel", "EagleDraftModel", "EngineConfig", "Generation", "NoisyDraftModel",
+           "OracleDraftModel", "SpeculativeEngine", "TargetModel", "rope"]

@@ -111,55 +111,164 @@ class ChainedMtpDraftModel(_DraftBase):
 
 
 class TargetModel:
-    """One causal single-head attention layer with RoPE on queries and keys, then a linear head.
+    """One causal single-head attention layer with RoPE on queries and keys, then a linear head;
+    optionally a recurrent (Mamba-like) layer before the attention (``recurrent=True``).
 
-    Factored as ``embed`` / ``attention`` / ``head`` so that a paged KV cache (keys and values per
-    position) and a recurrent layer can be added without changing the math.
+    Per token t with embedding x_t:
+
+    * recurrent layer (hybrid models only): a convolution window ``w`` of the last
+      ``CONV_WIDTH`` embeddings and an SSM-like state ``r``:
+      ``u = c0 x_t + c1 w[-1] + c2 w[-2]``, ``r_t = tanh(u W_in + r_{t-1} W_rec)``,
+      ``w_t = (w[-1], x_t)``, and the layer output ``h_t = x_t + g r_t`` (g = ``context_gain``);
+      otherwise ``h_t = x_t``;
+    * attention over h (keys and values per position: what a KV cache stores; the values are
+      scaled by ``context_gain``), residual;
+    * ``logits = (h_t + attention) W_head``.
+
+    The recurrent state after a token depends on every earlier token, so committing the state of
+    the wrong tree node changes all later logits; the attention reads keys and values per position,
+    so a KV slot holding the wrong position's KV changes them too. Weights are scaled so that the
+    current token dominates the logits (a draft that only sees the current token agrees with the
+    target most of the time, see :class:`NoisyDraftModel`), while the context still decides some
+    argmaxes.
     """
 
-    def __init__(self, *, vocab_size: int = 64, hidden_size: int = 16, seed: int = 1):
+    CONV_WIDTH = 2
+
+    def __init__(self, *, vocab_size: int = 64, hidden_size: int = 16, seed: int = 1, recurrent: bool = False,
+                 context_gain: float = 1.0):
         generator = torch.Generator().manual_seed(seed)
-        self.vocab_size, self.hidden_size = vocab_size, hidden_size
+        self.vocab_size, self.hidden_size, self.recurrent = vocab_size, hidden_size, recurrent
+        scale = 1.0 / hidden_size ** 0.5
         self.embedding = _weights(generator, vocab_size, hidden_size, 1.0)
-        self.w_query, self.w_key, self.w_value = (_weights(generator, hidden_size, hidden_size, 1.0 / hidden_size ** 0.5) for _ in range(3))
-        self.w_head = _weights(generator, hidden_size, vocab_size, 4.0 / hidden_size ** 0.5)
+        self.w_query, self.w_key = (_weights(generator, hidden_size, hidden_size, 2 * scale) for _ in range(2))
+        self.w_value = _weights(generator, hidden_size, hidden_size, context_gain * scale)
+        self.w_head = _weights(generator, hidden_size, vocab_size, 4.0 * scale)
+        self.conv = torch.tensor([1.0, 0.5, 0.25], dtype=DTYPE)
+        self.w_in = _weights(generator, hidden_size, hidden_size, scale)
+        self.recurrent_gain = context_gain
+        self.w_rec = _weights(generator, hidden_size, hidden_size, 1.5 * scale)
+
+    def to(self, device) -> "TargetModel":
+        """Move the weights to ``device`` (in place; returns self) so that calls do no copies."""
+        for name in ("embedding", "w_query", "w_key", "w_value", "w_head", "conv", "w_in", "w_rec"):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
+    # -- pieces (shared by the contiguous reference below and the paged engine) ----------------
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (..., L) int -> (..., L, H) float64."""
-        return self.embedding.to(tokens.device)[tokens.long()]
+        return self.embedding[tokens.long()]
 
-    def keys_values(self, features: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def initial_recurrent_state(self, batch: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zero SSM state (batch, H) and conv window (batch, CONV_WIDTH, H), float64."""
+        return (torch.zeros(batch, self.hidden_size, dtype=DTYPE, device=device),
+                torch.zeros(batch, self.CONV_WIDTH, self.hidden_size, dtype=DTYPE, device=device))
+
+    def recurrent_step(self, features, ssm, conv) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token: features (B, H), ssm (B, H), conv (B, W, H) -> new (ssm, conv)."""
+        mixed = self.conv[0] * features + self.conv[1] * conv[:, -1] + self.conv[2] * conv[:, -2]
+        new_ssm = torch.tanh(mixed @ self.w_in + ssm @ self.w_rec)
+        return new_ssm, torch.cat([conv[:, 1:], features[:, None]], dim=1)
+
+    def keys_values(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated keys and values, (..., L, H) each: what a KV cache stores per position."""
-        return rope(features @ self.w_key.to(features.device), positions), features @ self.w_value.to(features.device)
+        return rope(hidden @ self.w_key, positions), hidden @ self.w_value
 
-    def attention(self, features, positions, keys, values, allowed: torch.Tensor) -> torch.Tensor:
+    def attention(self, hidden, positions, keys, values, allowed: torch.Tensor) -> torch.Tensor:
         """Queries at ``positions`` attend ``keys``/``values`` where ``allowed`` (..., Lq, Lk) is True."""
-        queries = rope(features @ self.w_query.to(features.device), positions)
+        queries = rope(hidden @ self.w_query, positions)
         scores = queries @ keys.transpose(-1, -2) / self.hidden_size ** 0.5
         weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-        return features + weights @ values
+        return hidden + weights @ values
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden @ self.w_head.to(hidden.device)
+        return hidden @ self.w_head
 
-    def forward(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """tokens (bs, L) int; positions (bs, L) int (default 0..L-1).
+    # -- contiguous reference (no cache, no speculation) ---------------------------------------
 
-        Returns logits (bs, L, V) float64 (row t predicts token t+1) and hidden (bs, L, H).
-        """
-        length = tokens.shape[-1]
-        if positions is None:
-            positions = torch.arange(length, device=tokens.device).expand(tokens.shape)
+    def recurrent_scan(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tokens (bs, L) -> (SSM state after every token (bs, L, H), final ssm (bs, H), final conv)."""
         features = self.embed(tokens)
-        keys, values = self.keys_values(features, positions)
+        ssm, conv = self.initial_recurrent_state(tokens.shape[0], tokens.device)
+        states = []
+        for t in range(tokens.shape[1]):
+            ssm, conv = self.recurrent_step(features[:, t], ssm, conv)
+            states.append(ssm)
+        return torch.stack(states, dim=1), ssm, conv
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (bs, L) int at positions 0..L-1 -> logits (bs, L, V) float64 (row t predicts t+1)."""
+        length = tokens.shape[-1]
+        positions = torch.arange(length, device=tokens.device).expand(tokens.shape)
+        hidden = self.embed(tokens)
+        if self.recurrent:
+            hidden = hidden + self.recurrent_gain * self.recurrent_scan(tokens)[0]
+        keys, values = self.keys_values(hidden, positions)
         causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()
-        hidden = self.attention(features, positions, keys, values, causal)
-        return self.head(hidden), hidden
+        return self.head(self.attention(hidden, positions, keys, values, causal))
 
     def greedy(self, prompt: torch.Tensor, num_tokens: int) -> torch.Tensor:
         """Plain greedy decoding: (bs, L) prompt -> (bs, num_tokens) int64 (ties to the lower id)."""
         tokens = prompt.long()
         for _ in range(num_tokens):
-            logits, _ = self.forward(tokens)
-            tokens = torch.cat([tokens, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+            tokens = torch.cat([tokens, self.forward(tokens)[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
         return tokens[:, prompt.shape[1]:]
+
+    def next_token_probs(self, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+        """The target's sampling distribution after ``tokens`` (bs, L): (bs, V) float64."""
+        return torch.softmax(self.forward(tokens)[:, -1] / temperature, dim=-1)
+
+
+class NoisyDraftModel:
+    """A draft that sees only the current token: the target's head applied to the token's
+    embedding, plus fixed per-token noise. It agrees with the target's argmax most of the time
+    (the target's current-token term dominates) but not always (context and noise decide the
+    rest). Follows the ``run_draft`` interface; the returned hidden state is the embedding.
+    """
+
+    def __init__(self, target: TargetModel, *, noise: float = 0.5, seed: int = 2):
+        generator = torch.Generator().manual_seed(seed)
+        self.target = target
+        self.noise = _weights(generator, target.vocab_size, target.vocab_size, noise)
+
+    def to(self, device) -> "NoisyDraftModel":
+        self.target.to(device)
+        self.noise = self.noise.to(device)
+        return self
+
+    def __call__(self, input_ids, positions, hidden, step):
+        features = self.target.embed(input_ids)
+        return self.target.head(features) + self.noise[input_ids.long()], features
+
+
+class OracleDraftModel:
+    """A draft that predicts a known continuation (a draft identical to the target when
+    ``sequences`` is the target's greedy output), or never agrees with it (``agree=False``: it
+    predicts the continuation's token + 1 mod V).
+
+    ``sequences`` (bs, T) int64: prompt followed by the continuation, absolute position = column.
+    Rows of a call belong to requests in order (rows // (rows / bs)); by the EAGLE shift a call at
+    position p consumes the token at p + 1 and predicts the one at p + 2.
+    """
+
+    def __init__(self, sequences: torch.Tensor, *, vocab_size: int, agree: bool = True, hidden_size: int = 16):
+        self.sequences, self.vocab_size, self.agree, self.hidden_size = sequences.long(), vocab_size, agree, hidden_size
+
+    def to(self, device) -> "OracleDraftModel":
+        self.sequences = self.sequences.to(device)
+        return self
+
+    def __call__(self, input_ids, positions, hidden, step):
+        rows = input_ids.shape[0]
+        batch, length = self.sequences.shape
+        request = torch.arange(rows, device=input_ids.device) // max(rows // max(batch, 1), 1)
+        column = (positions.long() + 2).clamp(0, length - 1)
+        predicted = self.sequences[request, column]
+        if not self.agree:
+            predicted = (predicted + 1) % self.vocab_size
+        # scatter, not one_hot: one_hot validates the ids on the host (a device sync on CUDA)
+        logits = torch.zeros(rows, self.vocab_size, dtype=DTYPE, device=input_ids.device)
+        logits.scatter_(1, predicted[:, None], 20.0)
+        return logits, torch.zeros(rows, self.hidden_size, dtype=DTYPE, device=input_ids.device)
