@@ -20,7 +20,6 @@ if ! "$PYTHON" -c "import triton" 2>/dev/null; then
     fi
 fi
 
-if "$PYTHON" -c "import spec_hal, pytest, hypothesis" 2>/dev/null && [ "$extras" = "test" ]; then
-    exit 0  # already installed (editable installs pick up source changes by themselves)
-fi
+# Always (re)install this checkout: an editable install of another checkout would otherwise be
+# imported instead (its package-dir mapping points at that checkout's backends/ and kernels/).
 "$PYTHON" -m pip install --quiet -e ".[$extras]"
