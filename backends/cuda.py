@@ -5,33 +5,20 @@ from typing import Optional
 
 import torch
 
-from spec_hal.backend import Backend
-from spec_hal.capabilities import probe
-
-from .gpu_common import triton_providers
+from .gpu_common import GpuFactory
 
 
-class CudaFactory:
+class CudaFactory(GpuFactory):
     name = "cuda"
-    device_type = "cuda"
+    vendor = "nvidia"
+    device_label = "CUDA"
 
-    def unavailable_reason(self, device: Optional[torch.device]) -> Optional[str]:
+    def _build_reason(self) -> Optional[str]:
         if torch.version.hip is not None:
             return "this torch build is ROCm (torch.version.hip is set); use the rocm backend"
         if torch.version.cuda is None:
             return f"this torch build ({torch.__version__}) has no CUDA support"
-        if not torch.cuda.is_available():
-            return "torch sees no CUDA device (torch.cuda.is_available() is False)"
-        if device is not None and device.type != "cuda":
-            return f"the cuda backend runs on cuda tensors, not {device.type}"
-        caps = probe(device)
-        if not caps.triton_usable:
-            return caps.triton_reason
         return None
-
-    def create(self, device: Optional[torch.device]) -> Backend:
-        caps = probe(device)
-        return Backend("cuda", caps, triton_providers(caps, vendor="nvidia"))
 
 
 FACTORY = CudaFactory()

@@ -11,31 +11,18 @@ from typing import Optional
 
 import torch
 
-from spec_hal.backend import Backend
-from spec_hal.capabilities import probe
-
-from .gpu_common import triton_providers
+from .gpu_common import GpuFactory
 
 
-class RocmFactory:
+class RocmFactory(GpuFactory):
     name = "rocm"
-    device_type = "cuda"  # torch addresses HIP devices as "cuda"
+    vendor = "amd"
+    device_label = "HIP"
 
-    def unavailable_reason(self, device: Optional[torch.device]) -> Optional[str]:
+    def _build_reason(self) -> Optional[str]:
         if torch.version.hip is None:
             return f"this torch build ({torch.__version__}) is not a ROCm build (torch.version.hip is None)"
-        if not torch.cuda.is_available():
-            return "torch sees no HIP device (torch.cuda.is_available() is False)"
-        if device is not None and device.type != "cuda":
-            return f"the rocm backend runs on HIP devices (torch type 'cuda'), not {device.type}"
-        caps = probe(device)
-        if not caps.triton_usable:
-            return caps.triton_reason
         return None
-
-    def create(self, device: Optional[torch.device]) -> Backend:
-        caps = probe(device)
-        return Backend("rocm", caps, triton_providers(caps, vendor="amd"))
 
 
 FACTORY = RocmFactory()
