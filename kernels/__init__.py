@@ -8,7 +8,7 @@ num_warps[, attrs]) the backends launch, which the offline compile matrix builds
 target as ``ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)``. The
 optional fifth element is ASTSource's ``attrs`` (``{(argument index,): [["tt.divisibility", 16]]}``):
 the runtime specialisation Triton's JIT applies (see ``launch.runtime_specialized``); a 4-tuple is
-a generic launch (attrs None).
+a generic launch (attrs None). An optional sixth element adds compile options (``maxnreg``...).
 
 Nothing here is imported by ``import spec_hal``; Triton is imported when a Triton backend is built.
 """

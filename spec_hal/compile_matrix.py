@@ -2,7 +2,7 @@
 
 For each target (``sm_80``, ``sm_90``, ``sm_100``, ``gfx90a``, ``gfx942``, ``gfx950``) and each
 module in ``spec_hal.kernels.KERNEL_MODULES``, ``compile_specs(KernelTarget.for_arch(arch))``
-lists every (kernel, signature, constexprs, num_warps[, attrs]) the backends launch there. Each
+lists every (kernel, signature, constexprs, num_warps[, attrs[, options]]) the backends launch there. Each
 is built with ``triton.compile(ASTSource(...), target=GPUTarget(...))`` (the real GPU compiler,
 never the interpreter) and its resources are read from the binary Triton produced:
 
@@ -283,14 +283,16 @@ def stale_entries(entries: list[dict], jobs: list[CompileJob], results: list[Ker
 
 
 def _spec_parts(spec) -> tuple:
-    """(kernel, signature, constexprs, num_warps, attrs) of a compile_specs entry.
+    """(kernel, signature, constexprs, num_warps, attrs, options) of a compile_specs entry.
 
     The optional fifth element holds ``ASTSource`` attrs (argument position to specialisations
     such as ``[["tt.divisibility", 16]]``), as ``kernels.launch.runtime_specialized`` builds them
-    to reproduce what Triton's JIT does at launch time."""
+    to reproduce what Triton's JIT does at launch time; the optional sixth, extra compile options
+    (``maxnreg``, ``waves_per_eu``)."""
     kernel, signature, constexprs, num_warps = spec[:4]
     attrs = dict(spec[4]) if len(spec) > 4 else {}
-    return kernel, signature, constexprs, num_warps, attrs
+    options = dict(spec[5]) if len(spec) > 5 else {}
+    return kernel, signature, constexprs, num_warps, attrs, options
 
 
 def _kernel_name(kernel) -> str:
@@ -311,11 +313,11 @@ def collect_jobs(module_names: Sequence[str], archs: Sequence[str]) -> tuple[lis
         for module_name in module_names:
             for index, spec in enumerate(_specs(module_name, arch)):
                 listed += 1
-                kernel, signature, constexprs, num_warps, options = _spec_parts(spec)
+                kernel, signature, constexprs, num_warps, attrs, options = _spec_parts(spec)
                 job = CompileJob(
                     module=module_name, spec_index=index, kernel=_kernel_name(kernel), arch=arch, num_warps=int(num_warps),
                     signature=json.dumps(signature, sort_keys=True), constexprs=json.dumps(constexprs, sort_keys=True, default=str),
-                    options=repr(sorted(options.items())),
+                    options=json.dumps(options, sort_keys=True) + (f" attrs={sorted(attrs.items())}" if attrs else ""),
                 )
                 key = (job.module, job.kernel, job.arch, job.num_warps, job.signature, job.constexprs, job.options)
                 jobs.setdefault(key, job)
@@ -337,9 +339,9 @@ def compile_job(job: CompileJob) -> KernelResources:
     )
     started = time.perf_counter()
     try:
-        kernel, signature, constexprs, num_warps, options = _spec_parts(_specs(job.module, job.arch)[job.spec_index])
-        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=options or None)
-        compiled = triton.compile(source, target=target, options={"num_warps": num_warps})
+        kernel, signature, constexprs, num_warps, attrs, options = _spec_parts(_specs(job.module, job.arch)[job.spec_index])
+        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs or None)
+        compiled = triton.compile(source, target=target, options={"num_warps": num_warps, **options})
         result.shared_bytes = int(compiled.metadata.shared)
         if target.backend == "cuda":
             usage = cubin_resources(compiled.asm["cubin"])

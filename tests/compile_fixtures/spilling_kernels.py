@@ -26,7 +26,7 @@ def small_copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 def compile_specs(target):
     capped = {"waves_per_eu": 8} if target.vendor == "amd" else {"maxnreg": 32}
     return [
-        (register_hog, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 4096}, 1, capped),
+        (register_hog, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 4096}, 1, {}, capped),
         (small_copy, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024},
          target.warps(128)),
     ]
