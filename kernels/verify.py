@@ -165,9 +165,8 @@ def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr,
 
 
 @triton.jit
-def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles,
-                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps,
-                        BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr):
+def _load_tree_block(next_token_ptr, next_sibling_ptr, cand_ptr, bs, nodes, BLOCK_R: tl.constexpr, N_PAD: tl.constexpr):
+    """This program's BLOCK_R requests: their ids, node ids and tree links, and candidate tokens."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)
@@ -177,6 +176,27 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
     next_token = tl.load(next_token_ptr + node_ids, mask=ok, other=-1).to(tl.int32)
     next_sibling = tl.load(next_sibling_ptr + node_ids, mask=ok, other=-1).to(tl.int32)
     cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
+    return req, req_ok, lanes, ok, block_base, node_ids, next_token, next_sibling, cand
+
+
+@triton.jit
+def _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
+                   req, req_ok, ok, node_ids, width_lanes, num_steps):
+    """Write a tree walk's Verdict: predict rows, accept_index (S + 1 wide), num_correct, accept_lens."""
+    tl.store(predict_ptr + node_ids, predict.to(tl.int32), mask=ok)
+    width = num_steps + 1
+    tl.store(accept_ptr + req.to(tl.int64)[:, None] * width + width_lanes[None, :], accept.to(tl.int32),
+             mask=req_ok[:, None] & (width_lanes[None, :] < width))
+    tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
+    tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+
+
+@triton.jit
+def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles,
+                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps,
+                        BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr):
+    req, req_ok, lanes, ok, block_base, node_ids, next_token, next_sibling, cand = _load_tree_block(
+        next_token_ptr, next_sibling_ptr, cand_ptr, bs, nodes, BLOCK_R, N_PAD)
     if FROM_LOGITS:
         target = _merge_argmax(tile_max_ptr, tile_id_ptr, node_ids, ok, num_tiles, TILES_PAD)
     else:
@@ -204,12 +224,8 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
         accept = tl.where((width_lanes[None, :] == level) & alive[:, None], block_base[:, None] + chosen[:, None], accept)
 
     predict = tl.where(on_path != 0, target, -1)
-    tl.store(predict_ptr + node_ids, predict.to(tl.int32), mask=ok)
-    width = num_steps + 1
-    tl.store(accept_ptr + req.to(tl.int64)[:, None] * width + width_lanes[None, :], accept.to(tl.int32),
-             mask=req_ok[:, None] & (width_lanes[None, :] < width))
-    tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
-    tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+    _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
+                   req, req_ok, ok, node_ids, width_lanes, num_steps)
 
 
 @triton.jit
@@ -217,15 +233,8 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
                           coins_ptr, final_coins_ptr, threshold_single, threshold_acc,
                           predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr):
-    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    req_ok = req < bs
-    lanes = tl.arange(0, N_PAD)
-    ok = req_ok[:, None] & (lanes[None, :] < nodes)
-    block_base = req.to(tl.int64) * nodes
-    node_ids = block_base[:, None] + lanes[None, :]
-    next_token = tl.load(next_token_ptr + node_ids, mask=ok, other=-1).to(tl.int32)
-    next_sibling = tl.load(next_sibling_ptr + node_ids, mask=ok, other=-1).to(tl.int32)
-    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
+    req, req_ok, lanes, ok, block_base, node_ids, next_token, next_sibling, cand = _load_tree_block(
+        next_token_ptr, next_sibling_ptr, cand_ptr, bs, nodes, BLOCK_R, N_PAD)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
     coins = _sanitize_coins(tl.load(coins_ptr + node_ids, mask=ok, other=0.0))
     request_rows = req.to(tl.int64) * stride_pb
@@ -277,12 +286,8 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
                           BLOCK_R, BLOCK_V, NB_PAD, False, True)
     next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
     predict = tl.where(on_path != 0, next_tokens, -1)
-    tl.store(predict_ptr + node_ids, predict.to(tl.int32), mask=ok)
-    width = num_steps + 1
-    tl.store(accept_ptr + req.to(tl.int64)[:, None] * width + width_lanes[None, :], accept.to(tl.int32),
-             mask=req_ok[:, None] & (width_lanes[None, :] < width))
-    tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
-    tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+    _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
+                   req, req_ok, ok, node_ids, width_lanes, num_steps)
 
 
 @triton.jit
