@@ -93,3 +93,15 @@ def test_poison_is_visible_in_unwritten_outputs():
     guarded = guards.guarded_output((2, 3), torch.int64, "cpu")
     assert (guarded.tensor == guards.INT_POISON).all()
     guarded.assert_intact("x")
+
+
+def test_bad_input_cases_fail_without_validation_or_with_the_wrong_argument_named():
+    from spec_hal.errors import InvalidInput
+
+    def wrong_name(backend):
+        raise InvalidInput("k", "something", "else")
+
+    with pytest.raises(AssertionError, match="no InvalidInput"):
+        guards.assert_rejects(None, "logits", lambda backend: None)
+    with pytest.raises(AssertionError, match="expected 'logits'"):
+        guards.assert_rejects(None, "logits", wrong_name)

@@ -85,3 +85,15 @@ def no_host_sync(device: torch.device):
         yield
     finally:
         torch.cuda.set_sync_debug_mode(previous)
+
+
+def assert_rejects(backend, argument: str, call) -> None:
+    """``call(backend)`` must raise InvalidInput naming ``argument`` (the bad-input cases)."""
+    from spec_hal.errors import InvalidInput
+
+    try:
+        call(backend)
+    except InvalidInput as error:
+        assert error.argument == argument, f"InvalidInput named {error.argument!r}, expected {argument!r}"
+        return
+    raise AssertionError(f"no InvalidInput for a bad {argument!r}")

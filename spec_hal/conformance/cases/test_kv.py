@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from spec_hal.conformance.cases.test_compaction import embedded_verdict, run_compact, check_compaction_invariant
-from spec_hal.conformance.guards import embedded_input, guarded_output, no_host_sync
+from spec_hal.conformance.guards import assert_rejects, embedded_input, guarded_output, no_host_sync
 from spec_hal.conformance.verdicts import golden_tree_round, random_round, verdict_to
-from spec_hal.errors import InvalidInput
 from spec_hal.kv import accepted_kv_moves as reference_accepted_kv_moves
 from spec_hal.kv import assign_draft_slots as reference_assign_draft_slots
 from spec_hal.kv import move_kv as reference_move_kv
@@ -265,10 +264,7 @@ def _invalid_calls(device):
 @pytest.mark.spec_hal_op("move_kv")
 @pytest.mark.parametrize("case", range(14))
 def test_kv_rejects_bad_input(backend, case):
-    argument, call = _invalid_calls(backend.device)[case]
-    with pytest.raises(InvalidInput) as error:
-        call(backend)
-    assert error.value.argument == argument
+    assert_rejects(backend, *_invalid_calls(backend.device)[case])
 
 
 @pytest.mark.spec_hal_op("assign_draft_slots")

@@ -6,10 +6,9 @@ import math
 import pytest
 import torch
 
-from spec_hal.conformance.guards import embedded_input, guarded_output, no_host_sync
+from spec_hal.conformance.guards import assert_rejects, embedded_input, guarded_output, no_host_sync
 from spec_hal.conformance.inputs import logits_rows
 from spec_hal.conformance.tolerances import assert_close
-from spec_hal.errors import InvalidInput
 from spec_hal.topk import draft_topk as reference_draft_topk
 
 pytestmark = pytest.mark.spec_hal_op("draft_topk")
@@ -140,10 +139,7 @@ def _invalid_calls(device):
 
 @pytest.mark.parametrize("case", range(14))
 def test_draft_topk_rejects_bad_input(backend, case):
-    argument, call = _invalid_calls(backend.device)[case]
-    with pytest.raises(InvalidInput) as error:
-        call(backend)
-    assert error.value.argument == argument
+    assert_rejects(backend, *_invalid_calls(backend.device)[case])
 
 
 def test_draft_topk_largest_k(backend):
