@@ -85,7 +85,11 @@ def check_bonus_tokens(verdict, *, out=None) -> None:
     check_single_out(out, (verdict.batch_size,), verdict.predict.dtype, verdict.device)
 
 
-@register_op("bonus_tokens", family="compaction", check=check_bonus_tokens)
+def fake_bonus_tokens(verdict, *, out=None) -> torch.Tensor:
+    return verdict.predict.new_empty((verdict.accept_index.shape[0],))
+
+
+@register_op("bonus_tokens", family="compaction", check=check_bonus_tokens, fake=fake_bonus_tokens)
 def bonus_tokens(verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The last emitted token of each request: the root of its next tree (P12).
 
@@ -118,7 +122,11 @@ def check_compact_accepted(x, verdict, *, out=None) -> None:
             raise InvalidInput("out", "a buffer other than x (compaction reads rows it overwrites)", "x itself")
 
 
-@register_op("compact_accepted", family="compaction", check=check_compact_accepted)
+def fake_compact_accepted(x, verdict, *, out=None) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@register_op("compact_accepted", family="compaction", check=check_compact_accepted, fake=fake_compact_accepted)
 def compact_accepted(x: torch.Tensor, verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Move each request's accepted path to the front of its block of rows (P14).
 
