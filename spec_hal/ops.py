@@ -72,8 +72,14 @@ def reset_caches() -> None:
 
 @functools.lru_cache(maxsize=None)
 def dispatcher(name: str) -> Callable:
-    """The public function for op ``name`` (docstring taken from its reference)."""
+    """The public function for op ``name`` (docstring taken from its reference).
+
+    Also defines the ``torch.ops.spec_hal`` custom ops (once): the compiled branch must find them
+    defined, since dynamo cannot trace their registration."""
+    from .torch_library import register
+
     spec = op_spec(name)
+    register()
     lookup = _device_cache(name)
     cache = lookup.cache
     is_compiling = torch.compiler.is_compiling
