@@ -1,6 +1,11 @@
-"""Every op as ``torch.ops.spec_hal.<op>``: opcheck on cpu, the schema's coverage, the wrapper's
-results equal to the eager op's, and a full speculative step under torch.compile(fullgraph=True)
-with zero graph breaks (dynamo's own counters), equal to eager, static and dynamic shapes."""
+"""Every op as ``torch.ops.spec_hal.<op>``: opcheck, the schema's coverage, the wrapper's results
+equal to the eager op's, and a full speculative step under torch.compile(fullgraph=True) with zero
+graph breaks (dynamo's own counters), equal to eager, static and dynamic shapes.
+
+CI runs it on cpu. ``SPEC_HAL_TEST_DEVICE=cuda`` runs the same tests on the GPU, plus the step
+under ``mode="reduce-overhead"`` (CUDA graphs through inductor's cudagraph trees)."""
+import os
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,88 +17,12 @@ import torch
 import spec_hal
 from spec_hal import torch_library
 from spec_hal.registry import all_ops
-from spec_hal.types import Verdict
 
-from speculative_step import MUTATED, NODES, TOPK, speculative_step, step_inputs
-
-
-def _pipeline(bs: int = 3):
-    """Real intermediate values of one step (trees, verdicts...) to build op examples from."""
-    x = step_inputs(bs)
-    probs, ids = spec_hal.draft_topk(x["logits"], TOPK)
-    level0 = spec_hal.expand_tree(0, None, probs, ids, hidden=x["hidden"])
-    probs1, ids1 = spec_hal.draft_topk(x["draft_table"][level0.input_ids], TOPK)
-    level1 = spec_hal.expand_tree(1, level0.scores, probs1, ids1, hidden=level0.hidden)
-    parents, selected, draft_tokens = spec_hal.organize_draft([level0.record, level1.record], NODES)
-    tree = spec_hal.build_tree(x["roots"], parents, selected, draft_tokens, x["seq_lens"], topk=TOPK)
-    candidates = tree.tokens.view(bs, NODES)
-    verdict = spec_hal.verify_greedy(tree, candidates, x["target_table"][tree.tokens])
-    return dict(x=x, probs=probs, ids=ids, level0=level0, probs1=probs1, ids1=ids1, parents=parents, selected=selected,
-                draft_tokens=draft_tokens, tree=tree, candidates=candidates, verdict=verdict)
+from spec_hal.testing.step import MUTATED, op_examples, speculative_step, step_inputs
 
 
-def _empty_verdict(bs: int, nodes: int, width: int) -> Verdict:
-    return Verdict(torch.empty(bs * nodes, dtype=torch.int32), torch.empty(bs, width, dtype=torch.int32),
-                   torch.empty(bs, dtype=torch.int32), torch.empty(bs, dtype=torch.int32))
-
-
-def op_examples() -> list[tuple[str, str, tuple, dict]]:
-    """(case id, op, args, kwargs): every op, its out= form where it has one, optional inputs."""
-    p = _pipeline()
-    x, tree, verdict, candidates = p["x"], p["tree"], p["verdict"], p["candidates"]
-    bs, vocab = x["logits"].shape
-    target_logits = x["target_table"][tree.tokens]
-    target_probs = x["target_probs_table"][tree.tokens].view(bs, NODES, vocab)
-    chain = torch.randint(0, vocab, (bs, 3))
-    chain_probs = torch.softmax(torch.randn(bs * 3, vocab), dim=1)
-    roots, seq_lens = x["roots"], x["seq_lens"]
-    state = dict(slots=x["mamba_slots"], ssm_state=x["ssm_state"], ssm_intermediate=x["ssm_intermediate"],
-                 conv_state=x["conv_state"], conv_intermediate=x["conv_intermediate"])
-    draft = dict(req_pool_indices=x["req_pool_indices"], seq_lens=seq_lens, num_steps=2, topk=TOPK, page_size=4)
-    rows = bs * 3 * TOPK * 2  # assign_draft_slots with page_size 4: holes = (K-1)(P-1) = 3 per request
-    return [
-        ("draft_topk", "draft_topk", (x["logits"], TOPK), {}),
-        ("draft_topk-token_map", "draft_topk", (x["logits"], 3), {"token_map": torch.randperm(vocab) * 2}),
-        ("draft_topk-out", "draft_topk", (x["logits"], TOPK), {"out": (torch.empty(bs, TOPK), torch.empty(bs, TOPK, dtype=torch.int64))}),
-        ("expand_tree-0", "expand_tree", (0, None, p["probs"], p["ids"]), {"hidden": x["hidden"]}),
-        ("expand_tree-0-nohidden", "expand_tree", (0, None, p["probs"], p["ids"]), {}),
-        ("expand_tree-1", "expand_tree", (1, p["level0"].scores, p["probs1"], p["ids1"]), {"hidden": p["level0"].hidden}),
-        ("organize_draft", "organize_draft", ([p["level0"].record], 2), {}),
-        ("build_tree", "build_tree", (roots, p["parents"], p["selected"], p["draft_tokens"], seq_lens), {"topk": TOPK}),
-        ("build_tree-bitpacked", "build_tree", (roots, p["parents"], p["selected"], p["draft_tokens"], seq_lens),
-         {"topk": TOPK, "mask_mode": "bitpacked"}),
-        ("build_tree-full", "build_tree", (roots, p["parents"], p["selected"], p["draft_tokens"], seq_lens),
-         {"topk": TOPK, "mask_mode": "full", "seq_lens_sum": int(seq_lens.sum())}),
-        ("verify_greedy", "verify_greedy", (tree, candidates, target_logits), {}),
-        ("verify_greedy-ids-out", "verify_greedy", (tree, candidates, target_logits.argmax(1)), {"out": _empty_verdict(bs, NODES, 3)}),
-        ("verify_sampling", "verify_sampling", (tree, candidates, target_probs, x["coins"], x["final_coins"]), {"threshold_acc": 0.5}),
-        ("verify_sampling-out", "verify_sampling", (tree, candidates, target_probs, x["coins"], x["final_coins"]),
-         {"out": _empty_verdict(bs, NODES, 3)}),
-        ("verify_chain", "verify_chain", (chain, chain.roll(1, dims=1)), {}),
-        ("verify_chain-out", "verify_chain", (chain, chain), {"out": (torch.empty(bs, dtype=torch.int32), torch.empty(bs, dtype=torch.int64))}),
-        ("verify_chain_sampling", "verify_chain_sampling",
-         (chain[:, :2], chain_probs[: bs * 2], chain_probs, torch.rand(bs, 2), torch.rand(bs)), {}),
-        ("verify_chain_sampling-out", "verify_chain_sampling",
-         (chain[:, :2], chain_probs[: bs * 2], chain_probs, torch.rand(bs, 2), torch.rand(bs)), {"out": _empty_verdict(bs, 3, 3)}),
-        ("bonus_tokens", "bonus_tokens", (verdict,), {}),
-        ("bonus_tokens-out", "bonus_tokens", (verdict,), {"out": torch.empty(bs, dtype=torch.int32)}),
-        ("compact_accepted", "compact_accepted", (x["hidden_table"][tree.tokens], verdict), {}),
-        ("compact_accepted-out", "compact_accepted", (verdict.predict, verdict), {"out": torch.empty_like(verdict.predict)}),
-        ("accepted_kv_moves", "accepted_kv_moves", (verdict, x["kv_node_slots"]), {}),
-        ("accepted_kv_moves-out", "accepted_kv_moves", (verdict, x["kv_node_slots"]),
-         {"out": (torch.empty(bs * 3, dtype=torch.int64), torch.empty(bs * 3, dtype=torch.int64))}),
-        ("move_kv", "move_kv", ([x["k_cache"], x["v_cache"]], *spec_hal.accepted_kv_moves(verdict, x["kv_node_slots"])), {}),
-        ("assign_draft_slots", "assign_draft_slots", (x["req_to_token"],), draft),
-        ("assign_draft_slots-out", "assign_draft_slots", (x["req_to_token"],),
-         {**draft, "out": tuple(torch.empty(n, dtype=torch.int64) for n in (bs * TOPK * 2, rows // 4, rows // 4))}),
-        ("mamba_commit_steps", "mamba_commit_steps", (verdict, seq_lens), {"track_interval": 4}),
-        ("scatter_mamba_state", "scatter_mamba_state", (),
-         dict(dst=x["ssm_state"], src=x["ssm_intermediate"], dst_slots=x["mamba_slots"], src_steps=torch.tensor([0, 2, 1]))),
-        ("commit_mamba_state", "commit_mamba_state", (), dict(verdict=verdict, seq_lens=seq_lens, **state)),
-    ]
-
-
-EXAMPLES = op_examples()
+DEVICE = torch.device(os.environ.get("SPEC_HAL_TEST_DEVICE", "cpu"))
+EXAMPLES = op_examples(DEVICE)
 
 
 def test_every_op_is_a_custom_op_with_an_example():
@@ -156,26 +85,29 @@ def test_wrong_signature_names_the_public_op():
 
 
 def test_invalid_input_through_the_dispatcher_keeps_its_type():
-    overload, flat = torch_library.flat_call("draft_topk", torch.zeros(2, 4), 1)
+    overload, flat = torch_library.flat_call("draft_topk", torch.zeros(2, 4, device=DEVICE), 1)
     with pytest.raises(spec_hal.InvalidInput, match="k"):
         overload(flat[0], 9, None)
 
 
-needs_compiler = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+needs_compiler = pytest.mark.skipif(DEVICE.type == "cpu" and shutil.which("g++") is None and shutil.which("c++") is None,
                                     reason="torch.compile (inductor) on cpu needs a C++ compiler")
+MODES = [("static", False, None), ("dynamic", True, None)]
+if DEVICE.type == "cuda":
+    MODES.append(("reduce-overhead", False, "reduce-overhead"))
 
 
 @needs_compiler
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_compiled_step_has_no_graph_break_and_equals_eager(dynamic):
+@pytest.mark.parametrize("dynamic,mode", [m[1:] for m in MODES], ids=[m[0] for m in MODES])
+def test_compiled_step_has_no_graph_break_and_equals_eager(dynamic, mode):
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(speculative_step, fullgraph=True, dynamic=dynamic)
-    sizes = (3, 5) if dynamic else (3,)
+    compiled = torch.compile(speculative_step, fullgraph=True, dynamic=dynamic, mode=mode)
+    sizes = (3, 5) if dynamic else (3, 3, 3) if mode else (3,)  # cudagraph trees record on a later call
     for seed, bs in enumerate(sizes):
-        inputs = step_inputs(bs, seed=seed)
+        inputs = step_inputs(bs, seed=seed, device=DEVICE)
         eager_inputs = {name: value.clone() for name, value in inputs.items()}
         got = compiled(**inputs)
         want = speculative_step(**eager_inputs)
@@ -186,3 +118,5 @@ def test_compiled_step_has_no_graph_break_and_equals_eager(dynamic):
             assert torch.equal(inputs[name], eager_inputs[name]), name
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1  # dynamic: the second batch size reused the graph
+    if mode == "reduce-overhead":
+        assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
