@@ -14,14 +14,17 @@ Paths, per op example of ``spec_hal.testing.step.op_examples`` (bs = 3, every op
 * ``reference``: the pure-PyTorch reference on the same device (the torch code spec_hal replaces);
 * ``bare launch`` (GPU only): one two-argument Triton kernel launch, the floor of any Triton op.
 
-Wall-clock time of ``--calls`` back-to-back calls, synchronised once at the end, median of
-``--trials``: on tiny inputs this is host time. No assertion on time anywhere.
+Wall-clock time of ``--calls`` back-to-back calls, synchronised once at the end, the least of
+``--trials`` (``--timer cpu``: this process's CPU time instead, steadier on a shared machine): on
+tiny inputs this is host time. No assertion on time anywhere.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from typing import Optional
 
 import torch
 
@@ -34,6 +37,10 @@ from spec_hal.testing.step import op_examples
 PATHS = ("public", "backend", "provider", "torch.ops", "wrapper", "reference")
 
 
+TIMERS = {"wall": time.perf_counter, "cpu": time.process_time}
+_timer = time.perf_counter
+
+
 def per_call_us(fn, device: torch.device, calls: int, trials: int) -> float:
     for _ in range(20):
         fn()
@@ -41,13 +48,13 @@ def per_call_us(fn, device: torch.device, calls: int, trials: int) -> float:
     for _ in range(trials):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        begin = time.perf_counter()
+        begin = _timer()
         for _ in range(calls):
             fn()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        samples.append((time.perf_counter() - begin) / calls * 1e6)
-    return statistics.median(samples)
+        samples.append((_timer() - begin) / calls * 1e6)
+    return min(samples)  # the least-disturbed trial: host time on a shared machine is noisy upward
 
 
 def bare_launch(device: torch.device):
@@ -83,14 +90,17 @@ def paths(op: str, args: tuple, kwargs: dict, device: torch.device) -> dict:
     }
 
 
-def measure(device: torch.device, calls: int, trials: int) -> tuple[list[tuple[str, dict]], float | None, str]:
+def measure(device: torch.device, calls: int, trials: int, cases: Optional[list[str]] = None) -> tuple[list[tuple[str, dict]], Optional[float], str]:
     backend = spec_hal.selection.backend_for_device(device)
     launch = bare_launch(device)
     bare = per_call_us(launch, device, calls, trials) if launch else None
     rows = []
     for case, op, args, kwargs in op_examples(device):
+        if cases and case not in cases and op not in cases:
+            continue
         timings = {name: per_call_us(fn, device, calls, trials) for name, fn in paths(op, args, kwargs, device).items()}
         rows.append((case, timings))
+        print(f"{case}: " + ", ".join(f"{name} {us:.1f}" for name, us in timings.items()), file=sys.stderr, flush=True)
     return rows, bare, backend.name
 
 
@@ -116,11 +126,17 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--output", help="also write the markdown table here")
+    parser.add_argument("--timer", choices=TIMERS, default="wall",
+                        help="wall (default; what BENCHMARKS.md reports) or cpu: this process's CPU time, steadier on a shared machine")
+    parser.add_argument("--ops", help="comma-separated ops or example ids (default: all)")
     args = parser.parse_args(argv)
+    global _timer
+    _timer = TIMERS[args.timer]
     device = torch.device(args.device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    rows, bare, backend = measure(device, args.calls, args.trials)
+    cases = [case.strip() for case in args.ops.split(",")] if args.ops else None
+    rows, bare, backend = measure(device, args.calls, args.trials, cases)
     table = markdown(rows, bare, backend, device)
     print(table)
     if args.output:

@@ -19,7 +19,6 @@ Preconditions (verified only when ``SPEC_HAL_CHECKS=1``, since they need the val
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
@@ -36,7 +35,7 @@ COMPACT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64,
 
 def value_checks_enabled() -> bool:
     """True when ``SPEC_HAL_CHECKS=1``: run the value checks that need a host sync."""
-    return os.environ.get("SPEC_HAL_CHECKS") == "1"
+    return checks.value_checks_enabled()
 
 
 def check_verdict(name: str, verdict: object) -> Verdict:

@@ -30,7 +30,6 @@ compute them in int64.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -47,7 +46,7 @@ CHECKS_ENV = "SPEC_HAL_CHECKS"
 
 def value_checks_enabled() -> bool:
     """Checked mode: value checks that need a device sync (``SPEC_HAL_CHECKS=1``)."""
-    return os.environ.get(CHECKS_ENV) == "1"
+    return checks.value_checks_enabled()
 
 
 @dataclass(frozen=True)

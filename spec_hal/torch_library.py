@@ -436,27 +436,21 @@ def _first_tensor(flat: Sequence) -> torch.Tensor:
     raise TypeError("a spec_hal op without tensor arguments")
 
 
-def _storages(flat: Sequence) -> set:
-    ptrs = set()
-    for value in flat:
-        for tensor in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(tensor, torch.Tensor) and tensor.numel():
-                ptrs.add(tensor.untyped_storage().data_ptr())
-    return ptrs
-
-
 def _fresh_outputs(tensors: list, inputs: Sequence, single: bool):
-    """Contiguous outputs that share memory with no input and no other output."""
-    seen = _storages(inputs)
+    """Contiguous outputs that alias no input and no other output.
+
+    A provider's output can share memory with an input only by being that input (a no-op
+    ``.to``) or a view (a reshape); both are copied. Identity and ``_is_view`` are cheap; storage
+    pointers are not, and this runs on every call of a compiled graph."""
+    seen = {id(value) for value in inputs}
+    seen.update(id(item) for value in inputs if isinstance(value, (list, tuple)) for item in value)
     fresh = []
     for tensor in tensors:
-        tensor = tensor.contiguous()
-        if tensor.numel():
-            ptr = tensor.untyped_storage().data_ptr()
-            if ptr in seen:
-                tensor = tensor.clone()
-                ptr = tensor.untyped_storage().data_ptr()
-            seen.add(ptr)
+        if tensor._is_view() or id(tensor) in seen:
+            tensor = tensor.clone(memory_format=torch.contiguous_format)
+        else:
+            tensor = tensor.contiguous()
+        seen.add(id(tensor))
         fresh.append(tensor)
     return fresh[0] if single else tuple(fresh)
 
