@@ -37,7 +37,9 @@ NO_ID = tl.constexpr(2**31 - 1)
 LEVEL_BITS = tl.constexpr(semantics.LEVEL_BITS)
 LEVEL_MAX = tl.constexpr(semantics.LEVEL_MAX)
 TOP_WEIGHT = tl.constexpr(2**semantics.WEIGHT_BITS)
-ID_BITS = tl.constexpr(semantics.ID_BITS)
+LEVEL_MASK = tl.constexpr((1 << semantics.LEVEL_BITS) - 1)
+ID_SCALE = tl.constexpr(1 << semantics.ID_BITS)
+ID_LAST = tl.constexpr((1 << semantics.ID_BITS) - 1)
 LEVEL_SEARCH_BITS = 16  # LEVEL_MAX < 2^16
 KEY_SEARCH_BITS = 32 + semantics.ID_BITS  # keys < 2^55
 
@@ -68,7 +70,7 @@ def _levels(x, row_max, scale):
 @triton.jit
 def _weights(level, table_ptr):
     """2^39 * 2^(-level / 1024) from the exact table (int64; 0 from LEVEL_MAX on)."""
-    mantissa = tl.load(table_ptr + (level & ((1 << LEVEL_BITS) - 1)))
+    mantissa = tl.load(table_ptr + (level & LEVEL_MASK))
     return mantissa >> (level >> LEVEL_BITS)
 
 
@@ -77,7 +79,7 @@ def _order_keys(x, cols):
     """Unique int64 keys in draft_topk's order (value descending, -0.0 == +0.0, ties to the lower id)."""
     bits = tl.where(x == 0, 0.0, x).to(tl.int32, bitcast=True).to(tl.int64)
     ordered = tl.where(bits >= 0, bits + 2147483648, 2147483647 - (bits & 0x7FFFFFFF))
-    return ordered * (1 << ID_BITS) + ((1 << ID_BITS) - 1 - cols[None, :].to(tl.int64))
+    return ordered * ID_SCALE + (ID_LAST - cols[None, :].to(tl.int64))
 
 
 @triton.jit

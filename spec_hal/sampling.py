@@ -166,7 +166,8 @@ def _check_randomness(bs: int, width: int, device, temperature, seed, offset, ge
     kinds = {"seed": "seed", "offset": "seed", "generator": "generator", "coins": "coins", "final_coins": "coins"}
     chosen = {kinds[name] for name in sources}
     if len(chosen) > 1:
-        raise checks.InvalidInput(sources[-1], "exactly one source of randomness (seed+offset, generator, or coins+final_coins)",
+        second = next(name for name in sources if kinds[name] != kinds[sources[0]])
+        raise checks.InvalidInput(second, "exactly one source of randomness (seed+offset, generator, or coins+final_coins)",
                                   f"{', '.join(sources)}")
     if not chosen:
         if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature == 0:
