@@ -40,8 +40,8 @@ TOP_WEIGHT = tl.constexpr(2**semantics.WEIGHT_BITS)
 LEVEL_MASK = tl.constexpr((1 << semantics.LEVEL_BITS) - 1)
 ID_SCALE = tl.constexpr(1 << semantics.ID_BITS)
 ID_LAST = tl.constexpr((1 << semantics.ID_BITS) - 1)
-LEVEL_SEARCH_BITS = 16  # LEVEL_MAX < 2^16
-KEY_SEARCH_BITS = 32 + semantics.ID_BITS  # keys < 2^55
+LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
+KEY_SEARCH_BITS = tl.constexpr(32 + semantics.ID_BITS)  # keys < 2^55
 
 
 # ----------------------------------------------------------------------------------------------

@@ -17,7 +17,9 @@ FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
 # below 30, the 0.99995 quantile of chi-square(7), so a correct backend fails one case in 20000.
 # Power: with DRAWS = 20000 emitted tokens, a distribution off by Σ δ_v² / p_v >= 0.0025 (for
 # example 0.016 of mass moved between two tokens of probability 0.2) gives a noncentrality of
-# DRAWS * 0.0025 = 50, and chi-square(7, λ = 50) exceeds 30 with probability 0.997.
+# DRAWS * 0.0025 = 50, and chi-square(7, λ = 50) exceeds 30 with probability 0.98 (0.91 at
+# λ = 40, 0.71 at λ = 30; simulated). The second-level check of the tree case sees only the
+# requests that took token 3 (about a quarter of the sampled half), so its power is lower.
 CHI_SQUARE_LIMIT = 30.0
 DRAWS = 20_000
 STAT_LOGITS = torch.tensor([1.0, 2.5, 0.0, 1.8, -1.0, 2.2, 1.2, 0.5])
@@ -228,7 +230,7 @@ STAT_CONFIGS = (
 
 
 @pytest.mark.spec_hal_op("verify_sampling_from_logits")
-@pytest.mark.parametrize("config", range(len(STAT_CONFIGS)))
+@pytest.mark.parametrize("config", (0, 3, 4))
 def test_tree_from_logits_is_lossless(backend, config):
     """DRAWS requests on one tree (root children tokens 1, 3, 5; node 2 (token 3) has children
     6 and 0), every other request greedy: the sampled requests' first emitted token follows the
@@ -261,9 +263,8 @@ def test_tree_from_logits_is_lossless(backend, config):
 
 
 @pytest.mark.spec_hal_op("verify_chain_sampling_from_logits")
-@pytest.mark.parametrize("config", (0, 1, 2, 4))
-@pytest.mark.parametrize("draft", ("one_hot", "probs"))
-def test_chain_from_logits_is_lossless(backend, config, draft):
+@pytest.mark.parametrize("draft, config", (("one_hot", 1), ("probs", 2)))
+def test_chain_from_logits_is_lossless(backend, draft, config):
     """DRAWS requests drafting x_1 from q (a distribution unlike the target): the first emitted
     token follows the processed target row 0, whether q is given or the drafter was greedy."""
     params = STAT_CONFIGS[config]
