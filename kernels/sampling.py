@@ -1,10 +1,11 @@
 """Triton kernels of family ``sampling``. Semantics (every rounding, tie and key): spec_hal/sampling.py.
 
 * ``_process_kernel`` (grid: row blocks): logits rows to processed probabilities. Per row, passes
-  over the vocabulary: max/argmax (and the raw log-sum-exp when logprobs are asked for); the
-  top-p cut level by a 16-step bitwise search over levels (only when a row of the block has
-  top_p < 1); the top-k cut key by a 55-step bitwise search over the unique (value, id) keys (only
-  when a row has 0 < top_k < V); the kept total; the probabilities. Every quantity the masks use
+  over the vocabulary: max/argmax (and the raw log-sum-exp when logprobs are asked for); when a
+  row of the block has top_p < 1 or 0 < top_k < V, the total weight and a 16-step bitwise search
+  over levels that finds the top-p and the top-k cut levels in the same passes, one pass counting
+  the ties at the top-k level and, only when the cut splits them, a ceil(log2 V)-step search for
+  the last tied id kept; the kept total; the probabilities (about 21 passes with both masks). Every quantity the masks use
   is an exact integer (levels, weights, keys, int64 sums) or a single correctly rounded float
   operation, so the result is bit-identical to the reference.
 * ``_hash_coins_kernel``: the counter-based coins (``hash(seed, offset, position, purpose)``),
@@ -41,7 +42,7 @@ LEVEL_MASK = tl.constexpr((1 << semantics.LEVEL_BITS) - 1)
 ID_SCALE = tl.constexpr(1 << semantics.ID_BITS)
 ID_LAST = tl.constexpr((1 << semantics.ID_BITS) - 1)
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
-KEY_SEARCH_BITS = tl.constexpr(32 + semantics.ID_BITS)  # keys < 2^55
+KEEP_ALL_KEY = tl.constexpr(semantics.LEVEL_MAX * (1 << semantics.ID_BITS) + (1 << semantics.ID_BITS) - 1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -75,19 +76,12 @@ def _weights(level, table_ptr):
 
 
 @triton.jit
-def _order_keys(x, cols):
-    """Unique int64 keys in draft_topk's order (value descending, -0.0 == +0.0, ties to the lower id)."""
-    bits = tl.where(x == 0, 0.0, x).to(tl.int32, bitcast=True).to(tl.int64)
-    ordered = tl.where(bits >= 0, bits + 2147483648, 2147483647 - (bits & 0x7FFFFFFF))
-    return ordered * ID_SCALE + (ID_LAST - cols[None, :].to(tl.int64))
-
-
-@triton.jit
 def _kept_weights(x, cols, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr):
     """Steps 2-4: the kept weights (int64) of one vocabulary block."""
     level = _levels(x, row_max, scale)
     weight = _weights(level, table_ptr)
-    keep = ok & (_order_keys(x, cols) >= key_cut[:, None]) & (level <= level_cut[:, None]) & (weight >= min_weight[:, None])
+    rank_key = level * ID_SCALE + cols[None, :].to(tl.int64)
+    keep = ok & (rank_key <= key_cut[:, None]) & (level <= level_cut[:, None]) & (weight >= min_weight[:, None])
     kept = tl.where(keep, weight, 0)
     return tl.where(greedy[:, None], tl.where(cols[None, :] == argmax[:, None], TOP_WEIGHT, 0), kept)
 
@@ -127,7 +121,7 @@ def _hash_coin(seed, offset, position, purpose):
 
 
 @triton.jit
-def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, rows_per_request,
+def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, rows_per_request,
                     greedy_ptr, scale_ptr, top_k_ptr, top_p_ptr, min_weight_ptr, table_ptr, probs_ptr, lse_ptr,
                     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -163,45 +157,68 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, rows_per_re
         lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
         tl.store(lse_ptr + row, lse, mask=row_ok)
 
-    # top-p: the largest level L with float64(mass of levels < L) < top_p * W (monotone in L).
-    level_cut = tl.full([BLOCK_R], LEVEL_MAX, dtype=tl.int64)
+    # The cuts, by bitwise searches for the largest level L whose (monotone) predicate holds:
+    # top-p's float64(mass of levels < L) < top_p * W, top-k's count(levels < L) < k. The two
+    # searches share their passes over the row.
     use_top_p = row_ok & (greedy == 0) & (top_p < 1)
-    if tl.max(use_top_p.to(tl.int32), axis=0) > 0:
+    use_top_k = row_ok & (greedy == 0) & (top_k > 0)
+    level_cut = tl.full([BLOCK_R], LEVEL_MAX, dtype=tl.int64)
+    key_cut = tl.full([BLOCK_R], KEEP_ALL_KEY, dtype=tl.int64)
+    if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
         total = tl.zeros([BLOCK_R], dtype=tl.int64)
-        for k in range(num_blocks):
-            cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-            ok = row_ok[:, None] & (cols[None, :] < vocab)
-            x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-            total += tl.sum(tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr), 0), axis=1)
-        bound = top_p * total.to(tl.float64)
-        cut = tl.zeros([BLOCK_R], dtype=tl.int64)
-        for step in range(LEVEL_SEARCH_BITS):
-            candidate = cut | (tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - step))
-            mass = tl.zeros([BLOCK_R], dtype=tl.int64)
+        if tl.max(use_top_p.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
                 ok = row_ok[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-                level = _levels(x, row_max, scale)
-                mass += tl.sum(tl.where(ok & (level < candidate[:, None]), _weights(level, table_ptr), 0), axis=1)
-            cut = tl.where((candidate <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate, cut)
-        level_cut = tl.where(use_top_p, cut, level_cut)
-
-    # top-k: the k-th largest key, the largest t with count(key >= t) >= k.
-    key_cut = tl.zeros([BLOCK_R], dtype=tl.int64)
-    use_top_k = row_ok & (greedy == 0) & (top_k > 0)
-    if tl.max(use_top_k.to(tl.int32), axis=0) > 0:
-        cut = tl.zeros([BLOCK_R], dtype=tl.int64)
-        for step in range(KEY_SEARCH_BITS):
-            candidate = cut | (tl.full([BLOCK_R], 1, dtype=tl.int64) << (KEY_SEARCH_BITS - 1 - step))
+                total += tl.sum(tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr), 0), axis=1)
+        bound = top_p * total.to(tl.float64)
+        cut_p = tl.zeros([BLOCK_R], dtype=tl.int64)
+        cut_k = tl.zeros([BLOCK_R], dtype=tl.int64)
+        below_k = tl.zeros([BLOCK_R], dtype=tl.int64)  # count(levels < cut_k)
+        for step in range(LEVEL_SEARCH_BITS):
+            bit = tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - step)
+            candidate_p = cut_p | bit
+            candidate_k = cut_k | bit
+            mass = tl.zeros([BLOCK_R], dtype=tl.int64)
             count = tl.zeros([BLOCK_R], dtype=tl.int64)
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
                 ok = row_ok[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-                count += tl.sum(tl.where(ok & (_order_keys(x, cols) >= candidate[:, None]), 1, 0), axis=1).to(tl.int64)
-            cut = tl.where(count >= top_k, candidate, cut)
-        key_cut = tl.where(use_top_k, cut, key_cut)
+                level = _levels(x, row_max, scale)
+                mass += tl.sum(tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr), 0), axis=1)
+                count += tl.sum(tl.where(ok & (level < candidate_k[:, None]), 1, 0), axis=1).to(tl.int64)
+            cut_p = tl.where((candidate_p <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate_p, cut_p)
+            move_k = (candidate_k <= LEVEL_MAX) & (count < top_k)
+            below_k = tl.where(move_k, count, below_k)
+            cut_k = tl.where(move_k, candidate_k, cut_k)
+        level_cut = tl.where(use_top_p, cut_p, level_cut)
+        # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k.
+        need = top_k - below_k
+        tied = tl.zeros([BLOCK_R], dtype=tl.int64)
+        for k in range(num_blocks):
+            cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
+            ok = row_ok[:, None] & (cols[None, :] < vocab)
+            x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+            tied += tl.sum(tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0), axis=1).to(tl.int64)
+        id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
+        split_tie = use_top_k & (tied > need)
+        if tl.max(split_tie.to(tl.int32), axis=0) > 0:
+            # The largest id I with count(level == cut_k and id < I) < need: the need-th tied id.
+            found = tl.zeros([BLOCK_R], dtype=tl.int64)
+            for step in range(id_bits):
+                candidate = found | (tl.full([BLOCK_R], 1, dtype=tl.int64) << (id_bits - 1 - step))
+                count = tl.zeros([BLOCK_R], dtype=tl.int64)
+                for k in range(num_blocks):
+                    cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
+                    ok = row_ok[:, None] & (cols[None, :] < vocab)
+                    x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                    hit = ok & (_levels(x, row_max, scale) == cut_k[:, None]) & (cols[None, :].to(tl.int64) < candidate[:, None])
+                    count += tl.sum(tl.where(hit, 1, 0), axis=1).to(tl.int64)
+                found = tl.where(count < need, candidate, found)
+            id_cut = tl.where(split_tie, found, id_cut)
+        key_cut = tl.where(use_top_k, cut_k * ID_SCALE + id_cut, key_cut)
 
     # The kept total, then the probabilities (one correctly rounded float32 division each).
     kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
@@ -277,7 +294,7 @@ def _process_rows(logits: torch.Tensor, params: semantics.RowParams, rows_per_re
         return probs, (lse if want_lse else None)
     config = process_launch(target, rows, vocab)
     _process_kernel[(triton.cdiv(rows, config.rows),)](
-        logits, logits.stride(0), logits.stride(1), rows, vocab, rows_per_request,
+        logits, logits.stride(0), logits.stride(1), rows, vocab, max(1, (vocab - 1).bit_length()), rows_per_request,
         params.greedy.to(torch.int8), params.scale, params.top_k, params.top_p, params.min_weight,
         semantics.exp2_table(logits.device), probs, lse,
         BLOCK_R=config.rows, BLOCK_V=config.block_v, WANT_LSE=want_lse, num_warps=config.warps,
@@ -383,14 +400,14 @@ def compile_specs(target: KernelTarget):
         for logit_type in _LOGIT_TYPES:
             for want_lse in (False, True):
                 signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "rows": "i32", "vocab": "i32",
-                             "rows_per_request": "i32", "greedy_ptr": "*i8", "scale_ptr": "*fp32", "top_k_ptr": "*i64",
+                             "id_bits": "i32", "rows_per_request": "i32", "greedy_ptr": "*i8", "scale_ptr": "*fp32", "top_k_ptr": "*i64",
                              "top_p_ptr": "*fp64", "min_weight_ptr": "*i64", "table_ptr": "*i64", "probs_ptr": "*fp32",
                              "lse_ptr": "*fp32", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "WANT_LSE": "constexpr"}
                 constexprs = {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "WANT_LSE": want_lse}
                 specs.append((_process_kernel, signature, constexprs, config.warps))
                 specs.append(runtime_specialized(target, _process_kernel, signature, constexprs, config.warps,
                                                  values={"stride_row": vocab, "stride_col": 1, "rows": rows, "vocab": vocab,
-                                                         "rows_per_request": 8}))
+                                                         "id_bits": max(1, (vocab - 1).bit_length()), "rows_per_request": 8}))
     coin_signature = {"seed_ptr": "*i64", "offset_ptr": "*i64", "coins_ptr": "*fp32", "final_ptr": "*fp32", "bs": "i32", "width": "i32",
                       "BLOCK_R": "constexpr", "W_PAD": "constexpr"}
     for width in (4, 16):

@@ -33,8 +33,9 @@ Processing (per row; every step exact and identical on every backend)
    halvings below the max) are 0. A row whose max is -inf (all NaN/-inf) has no weight.
 4. Three masks, each computed on these same weights (the temperature-scaled distribution) and
    intersected; none sees another's result:
-   * top-k (k > 0 and k < V): keep the k tokens first in ``draft_topk``'s order of ``x``
-     (value descending, -0.0 equal to +0.0, ties to the lower id): exactly ``draft_topk``'s ids.
+   * top-k (k > 0 and k < V): keep the k heaviest tokens, equal weights (levels) to the lower
+     id (``draft_topk``'s tie rule applied to the quantised weights: tokens within 1/1024 of a
+     halving of each other rank by id; elsewhere exactly ``draft_topk``'s ids).
    * top-p (p < 1): with ``W`` the total weight, keep token v iff the weight of the tokens with a
      strictly *lower level* (strictly heavier) satisfies ``float64(above_v) < float64(p) *
      float64(W)``. Tokens tied at the cut level are kept together (the cut never depends on ids).
@@ -47,8 +48,8 @@ Where this matches and differs from the engines. vLLM (v1 sampler) divides by th
 applies min-p on the softmax, then top-k, then top-p on the softmax of what top-k left (so its
 top-p cut is relative to the top-k-renormalised mass). SGLang computes top-k, top-p and min-p
 masks on the same temperature-scaled probabilities, as here. Differences from both: the
-quantised exponential (so that integers agree on every backend), the tie rules (top-k ties to the
-lower id; top-p keeps a tied cut level whole), and a strict ``<`` at the top-p cut (the smallest
+quantised exponential (so that integers agree on every backend), the tie rules (top-k ranks the
+quantised weights, ties to the lower id; top-p keeps a tied cut level whole), and a strict ``<`` at the top-p cut (the smallest
 set whose mass reaches p, plus its ties).
 
 Randomness (exactly one source per call; none needed when ``temperature`` is the number 0)
@@ -274,13 +275,10 @@ def expand_rows(params: RowParams, rows_per_request: int) -> RowParams:
 # reference semantics (vectorised over rows)
 
 
-def order_keys(x: torch.Tensor) -> torch.Tensor:
-    """(R, V) int64 keys, unique per row, ordered as draft_topk ranks: value descending
-    (-0.0 equal to +0.0), then id ascending. ``x`` sanitised float32."""
-    bits = torch.where(x == 0, torch.zeros_like(x), x).view(torch.int32).to(torch.int64)
-    ordered = torch.where(bits >= 0, bits + 2**31, 2**31 - 1 - (bits & 0x7FFFFFFF))
-    ids = torch.arange(x.shape[1], dtype=torch.int64, device=x.device)
-    return ordered * 2**ID_BITS + (2**ID_BITS - 1 - ids)
+def rank_keys(level: torch.Tensor) -> torch.Tensor:
+    """(R, V) int64 keys, unique per row, ascending = heavier first: level, then id."""
+    ids = torch.arange(level.shape[1], dtype=torch.int64, device=level.device)
+    return level * 2**ID_BITS + ids
 
 
 def levels_and_weights(x: torch.Tensor, row_max: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -302,11 +300,10 @@ def processed_weights(logits: torch.Tensor, params: RowParams) -> torch.Tensor:
     row_max = x.max(dim=1).values if vocab else torch.zeros(rows, device=x.device)
     level, weight = levels_and_weights(x, row_max, params.scale)
     keep = torch.ones_like(weight, dtype=torch.bool)
-    # top-k: the k-th largest key is the cut.
-    keys = order_keys(x)
-    sorted_keys = keys.sort(dim=1, descending=True).values
-    cut = sorted_keys.gather(1, (params.top_k - 1).clamp(min=0)[:, None])
-    keep &= (params.top_k[:, None] == 0) | (keys >= cut)
+    # top-k: the k-th smallest (level, id) key is the cut.
+    keys = rank_keys(level)
+    cut = keys.sort(dim=1).values.gather(1, (params.top_k - 1).clamp(min=0)[:, None])
+    keep &= (params.top_k[:, None] == 0) | (keys <= cut)
     # top-p: the weight of the strictly heavier tokens (lower level), found by searchsorted.
     sorted_levels, order = level.sort(dim=1, stable=True)
     inclusive = weight.gather(1, order).cumsum(dim=1)
