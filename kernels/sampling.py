@@ -197,11 +197,12 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
         # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k.
         need = top_k - below_k
         tied = tl.zeros([BLOCK_R], dtype=tl.int64)
-        for k in range(num_blocks):
-            cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-            ok = row_ok[:, None] & (cols[None, :] < vocab)
-            x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-            tied += tl.sum(tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0), axis=1).to(tl.int64)
+        if tl.max(use_top_k.to(tl.int32), axis=0) > 0:
+            for k in range(num_blocks):
+                cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
+                ok = row_ok[:, None] & (cols[None, :] < vocab)
+                x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                tied += tl.sum(tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0), axis=1).to(tl.int64)
         id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
         split_tie = use_top_k & (tied > need)
         if tl.max(split_tie.to(tl.int32), axis=0) > 0:

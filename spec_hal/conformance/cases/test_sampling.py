@@ -15,13 +15,14 @@ from spec_hal.topk import draft_topk
 FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
 # Statistical cases: chi-square over the V = 8 outcomes (at most 7 degrees of freedom) must stay
 # below 30, the 0.99995 quantile of chi-square(7), so a correct backend fails one case in 20000.
-# Power: with DRAWS = 20000 emitted tokens, a distribution off by Σ δ_v² / p_v >= 0.0025 (for
-# example 0.016 of mass moved between two tokens of probability 0.2) gives a noncentrality of
-# DRAWS * 0.0025 = 50, and chi-square(7, λ = 50) exceeds 30 with probability 0.98 (0.91 at
-# λ = 40, 0.71 at λ = 30; simulated). The second-level check of the tree case sees only the
-# requests that took token 3 (about a quarter of the sampled half), so its power is lower.
+# Power: with DRAWS = 12000 emitted tokens, a distribution off by Σ δ_v² / p_v >= 0.004 (for
+# example 0.02 of mass moved between two tokens of probability 0.2) gives a noncentrality of
+# DRAWS * 0.004 = 48, and chi-square(7, λ = 48) exceeds 30 with probability 0.97 (0.85 at
+# λ = 36; simulated). The tree case tests the sampled half of the requests (6000 draws: the
+# same power for deviations twice as large), and its second level only the requests that took
+# token 3, so its power there is lower still.
 CHI_SQUARE_LIMIT = 30.0
-DRAWS = 20_000
+DRAWS = 12_000
 STAT_LOGITS = torch.tensor([1.0, 2.5, 0.0, 1.8, -1.0, 2.2, 1.2, 0.5])
 
 
@@ -259,7 +260,7 @@ def test_tree_from_logits_is_lossless(backend, config):
     expected_after_3 = reference.process_logits(after_3[None], **params)[0]
     assert _chi_square(predict[sampled, 0], expected_root) < CHI_SQUARE_LIMIT
     took_3 = sampled & (verdict.accept_index.cpu()[:, 1] == torch.arange(DRAWS) * 6 + 2)
-    assert int(took_3.sum()) > 500, "the case must take token 3 often to test the second level"
+    assert int(took_3.sum()) > 300, "the case must take token 3 often to test the second level"
     assert _chi_square(predict[took_3, 2], expected_after_3) < CHI_SQUARE_LIMIT
     greedy_first = int(STAT_LOGITS.argmax())
     assert (predict[~sampled, 0] == greedy_first).all(), "a temperature-0 request did not emit the argmax"
