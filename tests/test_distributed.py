@@ -78,6 +78,8 @@ def _rank_checks(device: torch.device, rounds: int) -> dict:
     except RankDivergence as exc:
         out["divergence"] = {"ranks": list(exc.ranks), "tensors": list(exc.tensors), "reference": exc.reference,
                              "message": str(exc)}
+    # The GPU command's capture self-test, eagerly (on a GPU it captures the same calls in a graph).
+    out["capture_self_test"] = tp_engine.capture_self_test(device)
     # The engine loop.
     ops = __import__("spec_hal.selection", fromlist=["get_backend"]).get_backend("cpu")
     scenarios = tp_engine.default_scenarios(rounds, world_size=2)
@@ -124,6 +126,10 @@ def test_rank_local_seeds_without_broadcast_are_caught_on_every_rank(ranks):
 def test_broadcast_delivers_the_source_rank_values(ranks):
     assert all(r["broadcast_equals_rank_1"] and r["inputs_untouched"] for r in ranks)
     assert [r["mixed"] for r in ranks] == [[[True, True, False], [0, 1, 2, 3, 4], 2.5]] * 2
+
+
+def test_capture_self_test_receives_rank_0_values_after_the_inputs_changed(ranks):
+    assert [r["capture_self_test"]["received_source_values"] for r in ranks] == [True, True]
 
 
 def test_broadcast_with_batch_size_zero(ranks):
