@@ -98,11 +98,12 @@ def ranks():
 # -- the engine loop ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["temperature 0", "temperature 0.8"])
+@pytest.mark.parametrize("name", ["temperature 0", "temperature 0.8", "shared seeds, no broadcast"])
 def test_every_rank_emits_the_same_tokens(ranks, name):
     reports = [r["scenarios"][name] for r in ranks]
     assert all("error" not in r for r in reports), [r.get("error") for r in reports]
-    assert [r["rounds"] for r in reports] == [ROUNDS, ROUNDS]
+    rounds = {s.name: s.rounds for s in tp_engine.default_scenarios(ROUNDS)}[name]
+    assert [r["rounds"] for r in reports] == [rounds, rounds] and rounds == min(ROUNDS, 100 if "shared" in name else ROUNDS)
     assert reports[0]["tokens"] == reports[1]["tokens"]
     assert reports[0]["graph_modes"] == {"draft + tree": "eager", "verify + broadcast": "eager"}  # CPU: emulation
     if name == "temperature 0":

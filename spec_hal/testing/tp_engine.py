@@ -200,9 +200,12 @@ class LoopShape:
 
 
 def default_scenarios(rounds: int, temperatures=(0.0, 0.8), *, world_size: int = 2) -> list[Scenario]:
-    """Greedy and sampling runs that must agree, and (W >= 2) one that must be caught: rank-local
-    seeds without the broadcast, which diverges within a few rounds."""
+    """Greedy and sampling runs that must agree (with the verdict broadcast, and a shorter one
+    without it but with shared seeds), and (W >= 2) one that must be caught: rank-local seeds
+    without the broadcast, which diverges within a few rounds."""
     runs = [Scenario(name=f"temperature {t:g}", temperature=t, rounds=rounds) for t in temperatures]
+    # The contract without the safety net: identical inputs and coins, all-gathered (exact) logits.
+    runs.append(Scenario(name="shared seeds, no broadcast", temperature=0.8, rounds=min(rounds, 100), broadcast=False))
     if world_size >= 2:
         runs.append(Scenario(name="rank-local seeds, no broadcast", temperature=0.8, rounds=min(rounds, 50),
                              rank_local_seed=True, broadcast=False, expect_divergence=True))
