@@ -382,8 +382,9 @@ def run_rank_scenarios(device: torch.device, scenarios: list, shape: LoopShape, 
     return reports
 
 
-def summarise(per_rank: list, scenarios: list) -> tuple[bool, list]:
-    """Compare the ranks' reports; returns (all good, one line per check)."""
+def summarise(per_rank: list, scenarios: list, *, expect_device_graphs: bool = False) -> tuple[bool, list]:
+    """Compare the ranks' reports; returns (all good, one line per check). With
+    ``expect_device_graphs`` every runner must have captured a CUDA/HIP graph (no fallback)."""
     good, lines = True, []
     by_name: dict = {}
     for reports in per_rank:
@@ -402,7 +403,9 @@ def summarise(per_rank: list, scenarios: list) -> tuple[bool, list]:
         same = not errors and all(r["tokens"] == reports[0]["tokens"] for r in reports)
         greedy = all(r.get("matches_greedy_prefix", True) for r in reports)
         rounds = [r.get("rounds") for r in reports]
-        good &= same and greedy and min(rounds) == scenario.rounds
+        captured = not expect_device_graphs or all(
+            mode in ("cuda_graph", "hip_graph") for r in reports for mode in r.get("graph_modes", {"-": "none"}).values())
+        good &= same and greedy and captured and min(rounds) == scenario.rounds
         lines.append(f"{scenario.name}: rounds {rounds}, same tokens on every rank: {'yes' if same else 'NO'}"
                      + ("" if scenario.temperature else f", greedy prefix matches: {'yes' if greedy else 'NO'}")
                      + (f", graphs {reports[0].get('graph_modes')}" if not errors else f", errors {errors}"))
@@ -432,7 +435,7 @@ def main(argv: Optional[list] = None) -> int:
     start = time.perf_counter()
     per_rank = spawn_ranks(run_rank_scenarios, (scenarios, shape, args.backend), world_size=args.nproc,
                            dist_backend=args.dist_backend, timeout_s=args.timeout)
-    good, lines = summarise(per_rank, scenarios)
+    good, lines = summarise(per_rank, scenarios, expect_device_graphs=args.graphs and args.dist_backend == "nccl")
     header = (f"tensor-parallel engine loop: {args.nproc} ranks over {args.dist_backend}, "
               f"S={shape.steps} K={shape.topk} N={shape.draft_tokens} bs={shape.batch_size}, "
               f"{time.perf_counter() - start:.1f} s; NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE', 'unset')}")
