@@ -89,7 +89,7 @@ class Generation:
 # Timing sections that are not one op: model forwards, and the draft loop (model forwards and ops).
 TARGET, PREFILL, DRAFT_EXTEND_MODEL = "target forward", "prefill (target)", "draft extend: model"
 DRAFT_LOOP = "run_draft (draft model + draft_topk + expand_tree)"
-DRAFT_TREE_GRAPH = "draft + tree (graph replay: draft model + ops)"
+DRAFT_TREE_GRAPH = "draft + tree (GraphRunner: draft model + ops)"
 MODEL_SECTIONS = (TARGET, PREFILL, DRAFT_EXTEND_MODEL)
 MIXED_SECTIONS = (DRAFT_LOOP, DRAFT_TREE_GRAPH)
 
