@@ -10,7 +10,8 @@ every op beside a bare Triton launch and the reference) and ``coldstart`` (first
 call, with and without ``spec_hal.warmup``, and a second process reusing Triton's cache).
 
 ``--sizes quick`` is a smoke test that runs on a CPU in CI in about a minute and asserts nothing
-about time; ``--sizes full`` is the grid behind BENCHMARKS.md (GPU). Progress goes to stderr,
+about time; ``--sizes full`` is the grid behind BENCHMARKS.md (GPU). The default is full on a GPU
+and quick on a CPU. Progress goes to stderr,
 tables to stdout as each suite finishes; ``--json`` and ``--markdown`` write the whole run with
 its environment (device, versions, copy bandwidth), for a vendor's CI to attach.
 """
@@ -26,8 +27,9 @@ SUITES = ("topk", "verify", "kv", "tree", "mamba", "graphs", "draft_step", "host
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", help="backend to benchmark (default: the auto-selected one)")
-    parser.add_argument("--sizes", choices=("quick", "full"), default="full",
-                        help="quick: a smoke test (CPU, about a minute); full: the BENCHMARKS.md grid (GPU; default)")
+    parser.add_argument("--sizes", choices=("quick", "full"), default=None,
+                        help="quick: a smoke test (about a minute on a CPU); full: the BENCHMARKS.md grid "
+                             "(default: full on a GPU, quick on a CPU)")
     parser.add_argument("--only", nargs="+", choices=SUITES, metavar="SUITE", help=f"run these suites only ({', '.join(SUITES)})")
     parser.add_argument("--no-compile", action="store_true", help="skip every torch.compile baseline")
     parser.add_argument("--compile-slow", action="store_true",
@@ -51,6 +53,8 @@ def run_bench(args: argparse.Namespace, out=sys.stdout) -> int:
         print(f"spec-hal bench: {exc}", file=sys.stderr)
         return 3
     device = backend.device
+    if args.sizes is None:
+        args.sizes = "quick" if device.type == "cpu" else "full"
     if device.type == "cpu":
         torch.set_num_threads(1)  # small CPU work: OpenMP start-up and spinning cost more than it saves
     progress = Progress(enabled=not args.quiet)

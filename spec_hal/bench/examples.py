@@ -96,9 +96,12 @@ def _mamba_calls(device) -> dict:
 
 
 def op_calls(device: torch.device) -> dict:
-    """op name -> (args, kwargs): one small valid call on ``device``."""
+    """op name -> (args, kwargs): one small valid call on ``device`` (an entry whose op is not
+    registered in this build is ignored by the suites)."""
     logits = torch.randn(BATCH, TOPK_VOCAB, generator=torch.Generator().manual_seed(0)).to(device)
-    calls = {"draft_topk": ((logits, TOPK), {})}
+    masked = logits.clone()  # written in place (to -inf where masked: the same on every call)
+    every_token = torch.full((BATCH, (TOPK_VOCAB + 31) // 32), -1, dtype=torch.int32, device=device)
+    calls = {"draft_topk": ((logits, TOPK), {}), "apply_token_bitmask_": ((masked, every_token), {})}
     for family in (_verify_calls, _round_calls, _tree_calls, _mamba_calls):
         calls.update(family(device))
     return calls

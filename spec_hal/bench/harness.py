@@ -9,6 +9,7 @@ slow torch reference cannot stretch a run by minutes. Benchmarks never assert on
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from typing import Callable, Optional
 
@@ -70,7 +71,7 @@ def time_or_none(fn: Optional[Callable[[], object]], device: torch.device, **tim
     try:
         return median_time_s(fn, device, **timing)
     except Exception as exc:  # torch.compile can fail on some shapes; report, do not crash
-        print(f"  (baseline failed: {type(exc).__name__}: {str(exc)[:120]})")
+        print(f"  (baseline failed: {type(exc).__name__}: {str(exc)[:120]})", file=sys.stderr)
         return None
 
 
@@ -94,7 +95,7 @@ def graph_replay_time_s(fn: Callable[[], object], device: torch.device, *, calls
         seconds = median_time_s(graph.replay, device, warmup=2, repeat=3, trials=trials)
         return seconds / calls
     except Exception as exc:  # report, never crash a benchmark table
-        print(f"  (graph capture failed: {type(exc).__name__}: {str(exc)[:120]})")
+        print(f"  (graph capture failed, timed eagerly: {type(exc).__name__}: {str(exc)[:120]})", file=sys.stderr)
         return None
 
 

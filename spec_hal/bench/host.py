@@ -12,6 +12,7 @@ reference).
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable, Optional
 
 import torch
@@ -49,7 +50,7 @@ def _time(fn, device, timing) -> Optional[float]:
     try:
         return harness.host_time_s(fn, device, **timing)
     except Exception as exc:
-        print(f"  (host timing failed: {type(exc).__name__}: {str(exc)[:120]})")
+        print(f"  (host timing failed: {type(exc).__name__}: {str(exc)[:120]})", file=sys.stderr)
         return None
 
 
