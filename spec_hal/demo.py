@@ -115,7 +115,7 @@ def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
     config = EngineConfig(steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens, page_size=args.page_size,
                           temperature=args.temperature, graphs=args.graphs, max_tokens=args.max_tokens)
     target = TargetModel(vocab_size=preset.vocab, hidden_size=preset.hidden, recurrent=args.hybrid, context_gain=CONTEXT_GAIN,
-                         dtype=getattr(torch, preset.dtype))
+                         dtype=getattr(torch, preset.dtype), device=backend.device if preset.gpu_only else None)
     draft = NoisyDraftModel(target, noise=DRAFT_NOISE, noise_rank=preset.noise_rank)
     prompt = prompts(args.batch_size)
     try:

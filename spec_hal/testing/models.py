@@ -31,9 +31,10 @@ def rope(x: torch.Tensor, positions: torch.Tensor, *, base: float = ROPE_BASE) -
 
 
 def _weights(generator: torch.Generator, rows: int, cols: int, scale: float, dtype: torch.dtype = DTYPE) -> torch.Tensor:
-    """Seeded N(0, scale^2) weights, drawn in ``dtype`` (float64 by default: the small models'
-    values must not change; the realistic-size demo draws bfloat16 directly, 1 GB per matrix)."""
-    return torch.randn(rows, cols, generator=generator, dtype=dtype) * scale
+    """Seeded N(0, scale^2) weights on the generator's device, drawn in ``dtype`` (float64 by
+    default: the small models' values must not change; the realistic-size demo draws bfloat16 on
+    the GPU directly, 1 GB per matrix)."""
+    return torch.randn(rows, cols, generator=generator, dtype=dtype, device=generator.device) * scale
 
 
 class _DraftLayer:
@@ -138,15 +139,16 @@ class TargetModel:
     CONV_WIDTH = 2
 
     def __init__(self, *, vocab_size: int = 64, hidden_size: int = 16, seed: int = 1, recurrent: bool = False,
-                 context_gain: float = 1.0, dtype: torch.dtype = DTYPE):
-        generator = torch.Generator().manual_seed(seed)
+                 context_gain: float = 1.0, dtype: torch.dtype = DTYPE, device=None):
+        # ``device``: draw the weights there (a realistic size drawn on the CPU takes tens of seconds)
+        generator = torch.Generator(device=device or "cpu").manual_seed(seed)
         self.vocab_size, self.hidden_size, self.recurrent, self.dtype = vocab_size, hidden_size, recurrent, dtype
         scale = 1.0 / hidden_size ** 0.5
         self.embedding = _weights(generator, vocab_size, hidden_size, 1.0, dtype)
         self.w_query, self.w_key = (_weights(generator, hidden_size, hidden_size, 2 * scale, dtype) for _ in range(2))
         self.w_value = _weights(generator, hidden_size, hidden_size, context_gain * scale, dtype)
         self.w_head = _weights(generator, hidden_size, vocab_size, 4.0 * scale, dtype)
-        self.conv = torch.tensor([1.0, 0.5, 0.25], dtype=dtype)
+        self.conv = torch.tensor([1.0, 0.5, 0.25], dtype=dtype, device=generator.device)
         self.w_in = _weights(generator, hidden_size, hidden_size, scale, dtype)
         self.recurrent_gain = context_gain
         self.w_rec = _weights(generator, hidden_size, hidden_size, 1.5 * scale, dtype)
@@ -231,11 +233,11 @@ class NoisyDraftModel:
 
     The noise is a (V, V) table of N(0, noise^2) entries, row = current token; with
     ``noise_rank=r`` it is the product of (V, r) and (r, V) factors with the same entry variance
-    (a V = 128256 table would take 33 GB in bfloat16). Drawn in the target's dtype.
+    (a V = 128256 table would take 33 GB in bfloat16). Drawn in the target's dtype, on its device.
     """
 
     def __init__(self, target: TargetModel, *, noise: float = 0.5, seed: int = 2, noise_rank: Optional[int] = None):
-        generator = torch.Generator().manual_seed(seed)
+        generator = torch.Generator(device=target.embedding.device).manual_seed(seed)
         self.target = target
         dtype, vocab = target.dtype, target.vocab_size
         if noise_rank is None:
