@@ -77,8 +77,9 @@ def run_bench(args: argparse.Namespace, out=sys.stdout) -> int:
             tables.append(table)
             print(table.markdown(), file=out, flush=True)
         suite_seconds[suite] = time.perf_counter() - begin
+        # Rewritten after every suite: a run cut short by a time limit keeps what it measured.
+        write_reports(env, tables, suite_seconds, json_path=args.json, markdown_path=args.markdown)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     progress("done: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in suite_seconds.items()))
-    write_reports(env, tables, suite_seconds, json_path=args.json, markdown_path=args.markdown)
     return 0
