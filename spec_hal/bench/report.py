@@ -28,18 +28,14 @@ class Column:
 def _format(value, kind: str) -> str:
     if value is None:
         return "-"
-    if kind == "us":
-        return f"{value:.1f}"
-    if kind == "ms":
+    if kind in ("us", "ms", "mb"):
         return f"{value:.1f}"
     if kind == "ratio":
         return f"{value:.2f}x"
     if kind == "share":
         return f"{100 * value:.0f}%"
-    if kind in ("gbs",):
+    if kind == "gbs":
         return f"{value:.0f}"
-    if kind == "mb":
-        return f"{value:.1f}"
     return str(value)
 
 
@@ -62,7 +58,7 @@ class Table:
 
     def markdown(self) -> str:
         lines = [f"### {self.title}", ""]
-        lines += [f"{note}" for note in self.notes]
+        lines += self.notes
         if self.notes:
             lines.append("")
         lines.append("| " + " | ".join(column.header for column in self.columns) + " |")
