@@ -61,3 +61,15 @@ def test_demo_bfloat16_preset_with_low_rank_noise_reports_the_op_share(monkeypat
     for line in ("V=512 H=64 bfloat16 (preset 8b)", "rank-8 noise", "verify_greedy", "target forward",
                  "of which draft model forwards", "speculative round:", "speculative output == greedy target output:"):
         assert line in text, f"missing {line!r} in the demo output"
+
+
+def test_step_report_splits_the_draft_replay_into_model_and_ops():
+    """Per round: ops = 2 + 3 + (10 - 4) ms, model = 5 + 4 ms; prefill outside the round."""
+    from spec_hal.demo_timing import step_report
+    from spec_hal.testing.engine import DRAFT_TREE_GRAPH, PREFILL, TARGET
+
+    timings = {PREFILL: 0.5, TARGET: 0.010, "verify_greedy": 0.004, DRAFT_TREE_GRAPH: 0.020, "move_kv": 0.006}
+    lines = step_report(timings, 2, device_events=True, draft_forwards_s=0.004, compiled_before=True)
+    assert lines[-2] == "speculative round: 20.000 ms; spec_hal ops 11.000 ms (55.0%), model forwards 9.000 ms (45.0%)"
+    assert lines[-1] == "prefill (once, not in the round): 500.000 ms"
+    assert "CUDA events" in lines[0] and "untimed first run" in lines[0]
