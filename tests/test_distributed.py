@@ -108,6 +108,7 @@ def test_every_rank_emits_the_same_tokens(ranks, name):
     assert reports[0]["graph_modes"] == {"draft + tree": "eager", "verify + broadcast": "eager"}  # CPU: emulation
     if name == "temperature 0":
         assert all(r["matches_greedy_prefix"] for r in reports)  # and the loop is right, not only consistent
+        assert all(r["greedy_prefix_length"] >= min(tp_engine.GREEDY_PREFIX, ROUNDS) for r in reports)
     else:
         assert reports[0]["mean_acceptance_length"] > 1.2  # drafts are accepted: the verify really ran
 
@@ -232,3 +233,48 @@ def test_spawn_ranks_kills_a_rank_that_never_finishes():
     with pytest.raises(TimeoutError, match=r"ranks \[.*1\] did not finish"):
         tp_engine.spawn_ranks(_sleep_on_rank_1, world_size=2, timeout_s=10)
     assert time.monotonic() - start < 45
+
+
+# -- the command line the GPU runs use (scripts/tp_nccl.sh) ---------------------------------------
+
+
+def _report(name: str, rank: int, tokens, *, rounds: int, modes=("eager", "eager"), error=None) -> dict:
+    if error is not None:
+        return {"scenario": name, "rank": rank, "error": error, "diverging_ranks": [1], "rounds": rounds}
+    return {"scenario": name, "rank": rank, "tokens": tokens, "rounds": rounds, "matches_greedy_prefix": True,
+            "graph_modes": {"draft + tree": modes[0], "verify + broadcast": modes[1]}}
+
+
+def test_summary_fails_on_any_broken_promise():
+    scenarios = [tp_engine.Scenario(name="run", temperature=0.0, rounds=4),
+                 tp_engine.Scenario(name="bad seeds", rounds=4, expect_divergence=True)]
+
+    def judge(run_reports, divergence_errors=("x", "x"), *, expect_device_graphs=False):
+        per_rank = [[run_reports[rank], _report("bad seeds", rank, None, rounds=1, error=divergence_errors[rank])]
+                    for rank in range(2)]
+        for rank, error in enumerate(divergence_errors):
+            if error is None:
+                per_rank[rank][1] = _report("bad seeds", rank, [[1]], rounds=4)
+        return tp_engine.summarise(per_rank, scenarios, expect_device_graphs=expect_device_graphs)[0]
+
+    same = [_report("run", rank, [[1, 2]], rounds=4) for rank in range(2)]
+    assert judge(same)
+    assert not judge([same[0], _report("run", 1, [[1, 3]], rounds=4)])  # tokens differ
+    assert not judge([same[0], _report("run", 1, [[1, 2]], rounds=3)])  # a rank stopped early
+    assert not judge(same, divergence_errors=(None, None))  # the divergent run was not caught
+    assert not judge(same, expect_device_graphs=True)  # a runner fell back to eager on a GPU
+    captured = [_report("run", rank, [[1, 2]], rounds=4, modes=("cuda_graph", "cuda_graph")) for rank in range(2)]
+    assert judge(captured, expect_device_graphs=True)
+
+
+def test_command_line_runs_every_scenario_and_writes_the_report(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "tp.json"
+    code = tp_engine.main(["--rounds", "4", "--temperatures", "0", "--timeout", "300", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    report = json.loads(out.read_text())
+    assert report["ok"] and [s["name"] for s in report["scenarios"]] == [
+        "temperature 0", "shared seeds, no broadcast", "rank-local seeds, no broadcast"]
+    assert "caught by the consensus check" in text and "capture self-test" in text
