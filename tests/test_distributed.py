@@ -78,6 +78,12 @@ def _rank_checks(device: torch.device, rounds: int) -> dict:
     except RankDivergence as exc:
         out["divergence"] = {"ranks": list(exc.ranks), "tensors": list(exc.tensors), "reference": exc.reference,
                              "message": str(exc)}
+    # Ranks whose batch shapes already differ (the state before the deadlock) are told so, no hang.
+    try:
+        check_consensus({"seq_lens": torch.zeros(2 + rank, dtype=torch.int64)})
+        out["shape_divergence"] = None
+    except RankDivergence as exc:
+        out["shape_divergence"] = list(exc.ranks)
     # The GPU command's capture self-test, eagerly (on a GPU it captures the same calls in a graph).
     out["capture_self_test"] = tp_engine.capture_self_test(device)
     # The engine loop.
@@ -151,6 +157,7 @@ def test_consensus_names_the_diverging_rank_and_tensor(ranks):
         assert report["agreement_passed"]
         assert report["divergence"]["ranks"] == [1] and report["divergence"]["tensors"] == ["differs"]
         assert "(probe)" in report["divergence"]["message"]
+        assert report["shape_divergence"] == [1]
 
 
 # -- single process: argument checks, fingerprints, the deadline ----------------------------------

@@ -21,8 +21,9 @@ collects each rank's return value; ``python -m spec_hal.testing.tp_engine`` runs
 temperature 0, the target's greedy tokens), that a run with rank-local seeds and no broadcast is
 caught by the consensus check, and reports the graph modes. The two-GPU NCCL run of issue 19::
 
-    NCCL_NVLS_ENABLE=0 NCCL_CUMEM_ENABLE=0 python -m spec_hal.testing.tp_engine \\
-        --dist-backend nccl --nproc 2 --rounds 1000 --graphs --out $OUT/tp_nccl.json
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
+        python -m spec_hal.testing.tp_engine --dist-backend nccl --nproc 2 --rounds 1000 --graphs \\
+        --out $OUT/tp_nccl_2.json
 
 (``scripts/tp_nccl.sh`` sets the multicast switches; ``--nproc 1`` runs the same NCCL code path
 on one GPU.)
