@@ -211,8 +211,10 @@ def broadcast_verdict(verdict: Verdict, *, src: int = 0, group=None, tokens: Opt
 
 
 def _check_named(tensors: object) -> tuple[list[str], list[torch.Tensor], torch.device]:
-    if not isinstance(tensors, Mapping) or not tensors:
-        raise InvalidInput("tensors", "a non-empty mapping of names to tensors", type(tensors).__name__ if not isinstance(tensors, Mapping) else "an empty mapping")
+    if not isinstance(tensors, Mapping):
+        raise InvalidInput("tensors", "a mapping of names to tensors", type(tensors).__name__)
+    if not tensors:
+        raise InvalidInput("tensors", "at least one named tensor", "an empty mapping")
     names, values, device = [], [], None
     for name, tensor in tensors.items():
         if not isinstance(name, str):

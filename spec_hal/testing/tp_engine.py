@@ -240,8 +240,9 @@ def run_scenario(scenario: Scenario, shape: LoopShape, *, ops, group=None) -> di
     except RankDivergence as exc:
         report.update(error=str(exc), diverging_ranks=list(exc.ranks), rounds=engine.rounds_done)
         return report
-    report.update(seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu_start, rounds=result.rounds, tokens=result.tokens.tolist(),
-                  graph_modes=engine.graph_modes, mean_acceptance_length=result.mean_acceptance_length)
+    report.update(seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu_start,
+                  rounds=result.rounds, tokens=result.tokens.tolist(), graph_modes=engine.graph_modes,
+                  mean_acceptance_length=result.mean_acceptance_length)
     if scenario.temperature == 0:  # the tokens every request has (a max_rounds run stops before max_tokens)
         length = min(GREEDY_PREFIX, int(result.accept_lens.sum(dim=0).min()), config.max_tokens)
         expected = TargetModel(vocab_size=64, hidden_size=16, recurrent=True, context_gain=0.3).greedy(prompt, length)
