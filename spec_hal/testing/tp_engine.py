@@ -440,7 +440,7 @@ def main(argv: Optional[list] = None) -> int:
     per_rank = spawn_ranks(run_rank_scenarios, (scenarios, shape, args.backend), world_size=args.nproc,
                            dist_backend=args.dist_backend, timeout_s=args.timeout)
     good, lines = summarise(per_rank, scenarios, expect_device_graphs=args.graphs and args.dist_backend == "nccl")
-    header = (f"tensor-parallel engine loop: {args.nproc} ranks over {args.dist_backend}, "
+    header = (f"tensor-parallel engine loop: {args.nproc} rank{'s' if args.nproc != 1 else ''} over {args.dist_backend}, "
               f"S={shape.steps} K={shape.topk} N={shape.draft_tokens} bs={shape.batch_size}, "
               f"{time.perf_counter() - start:.1f} s; NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE', 'unset')}")
     print(header)
