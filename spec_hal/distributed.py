@@ -28,7 +28,7 @@ Rules both follow (why they are graph-capturable and cannot deadlock on their ow
 * Exactly one collective per call, issued unconditionally, whose size depends only on shapes
   and dtypes (static per batch-size bucket) and, for the consensus table, on the number of
   tensors: never on values. A rank with bs = 0 (an idle data-parallel replica whose TP group
-  still meets) issues the same collective; the broadcast buffer is never shorter than 8 bytes, so
+  still meets) issues the same collective; the broadcast buffer is never shorter than 16 bytes, so
   no process group sees a zero-length collective.
 * No host sync, no data-dependent Python branch, no per-call host-to-device copy (the hash
   salts are Python scalars baked into the kernels): ``broadcast_verdict`` and
@@ -57,9 +57,9 @@ from .types import Verdict
 __all__ = ["VerificationBroadcast", "broadcast_tensors", "broadcast_verdict", "check_consensus", "fingerprint",
            "gather_fingerprints", "raise_on_divergence"]
 
-# Every packed segment starts at a multiple of 8 bytes, so its view as any dtype of up to 8 bytes
-# is aligned; the same value is the smallest buffer, so that no collective has zero length.
-_ALIGN = 8
+# Every packed segment starts at a multiple of 16 bytes, so its view as any dtype (complex128
+# included) is aligned; the same value is the smallest buffer, so no collective has zero length.
+_ALIGN = 16
 # Hash modulus (a prime below 2^31) and the (multiplier, offset) of each of the two hash lanes.
 # Byte b at position i contributes (b + 1) * w_i with w_i in [1, P - 1]: a single changed byte
 # always changes the lane (P is prime and |delta| < 256 < P), and every product and sum fits in

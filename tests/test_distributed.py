@@ -61,8 +61,9 @@ def _rank_checks(device: torch.device, rounds: int) -> dict:
     out["bs0_dtypes"] = [str(t.dtype) for t in (empty.tokens, empty.logprobs)]
     # Mixed dtypes and odd sizes in one buffer (segments stay aligned).
     mixed = broadcast_tensors([torch.tensor([True, rank == 0, False]), torch.arange(5, dtype=torch.int16) + rank,
-                               torch.tensor(2.5 + rank, dtype=torch.float64)], src=0)
-    out["mixed"] = [mixed[0].tolist(), mixed[1].tolist(), float(mixed[2])]
+                               torch.tensor(2.5 + rank, dtype=torch.float64),
+                               torch.tensor([1 + 2j * (rank + 1)], dtype=torch.complex128)], src=0)
+    out["mixed"] = [mixed[0].tolist(), mixed[1].tolist(), float(mixed[2]), str(mixed[3].tolist())]
     # Bad arguments are rejected before any collective, so the ranks stay in step.
     out["bad_src"] = [_rejected_argument(lambda: broadcast_verdict(mine, src=src)) for src in (2, -1, True)]
     out["bad_reference"] = _rejected_argument(lambda: check_consensus({"x": tokens}, reference=2))
@@ -133,7 +134,7 @@ def test_rank_local_seeds_without_broadcast_are_caught_on_every_rank(ranks):
 
 def test_broadcast_delivers_the_source_rank_values(ranks):
     assert all(r["broadcast_equals_rank_1"] and r["inputs_untouched"] for r in ranks)
-    assert [r["mixed"] for r in ranks] == [[[True, True, False], [0, 1, 2, 3, 4], 2.5]] * 2
+    assert [r["mixed"] for r in ranks] == [[[True, True, False], [0, 1, 2, 3, 4], 2.5, "[(1+2j)]"]] * 2
 
 
 def test_capture_self_test_receives_rank_0_values_after_the_inputs_changed(ranks):
