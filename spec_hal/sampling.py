@@ -49,8 +49,8 @@ applies min-p on the softmax, then top-k, then top-p on the softmax of what top-
 top-p cut is relative to the top-k-renormalised mass). SGLang computes top-k, top-p and min-p
 masks on the same temperature-scaled probabilities, as here. Differences from both: the
 quantised exponential (so that integers agree on every backend), the tie rules (top-k ranks the
-quantised weights, ties to the lower id; top-p keeps a tied cut level whole), and a strict ``<`` at the top-p cut (the smallest
-set whose mass reaches p, plus its ties).
+quantised weights, ties to the lower id; top-p keeps a tied cut level whole), and a strict ``<``
+at the top-p cut (the smallest set whose mass reaches p, plus its ties).
 
 Randomness (exactly one source per call; none needed when ``temperature`` is the number 0)
 -------------------------------------------------------------------------------------------
