@@ -113,9 +113,16 @@ def _exp2_table_cpu() -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int64)
 
 
-def exp2_table(device) -> torch.Tensor:
-    """(1024,) int64: round(2^39 * 2^(-i/1024)), identical on every machine (decimal arithmetic)."""
+@functools.lru_cache(maxsize=None)
+def _exp2_table_on(device: str) -> torch.Tensor:
     return _exp2_table_cpu().to(device)
+
+
+def exp2_table(device) -> torch.Tensor:
+    """(1024,) int64: round(2^39 * 2^(-i/1024)), identical on every machine (decimal arithmetic).
+    Cached per device (a cache, reset with ``_exp2_table_on.cache_clear()``): a call inside a graph
+    capture must not copy from the host."""
+    return _exp2_table_on(str(torch.device(device)))
 
 
 # ----------------------------------------------------------------------------------------------
