@@ -323,13 +323,9 @@ def process_logits(logits: torch.Tensor, *, temperature, top_k=0, top_p=1.0, min
     return _process_rows(logits, params, 1, want_lse=False, target=target, out=out)[0]
 
 
-def _logprobs(verdict: Verdict, nodes: int, mode, probs, logits, lse):
-    return semantics.emitted_logprobs(verdict, nodes, mode, probs, logits, lse)
-
-
 def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, target_logits: torch.Tensor, *, temperature, top_k=0,
                                 top_p=1.0, min_p=0.0, seed=None, offset=None, generator=None, coins=None, final_coins=None,
-                                logprobs=None, out: Optional[Verdict] = None, target: KernelTarget) -> semantics.SampledVerdict:
+                                logprobs=None, top_logprobs=0, out: Optional[Verdict] = None, target: KernelTarget) -> semantics.SampledVerdict:
     """Triton provider of ``verify_sampling_from_logits`` (arguments validated by the caller)."""
     bs, nodes = candidates.shape
     vocab = target_logits.shape[-1]
@@ -339,7 +335,7 @@ def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, targe
     accept, final = _coins(bs, nodes, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
                            final_coins=final_coins, target=target)
     verdict = verify_kernels.verify_sampling(tree, candidates, probs, accept, final, out=out, target=target)
-    return semantics.SampledVerdict(verdict, _logprobs(verdict, nodes, logprobs, probs, logits, lse))
+    return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
 
 
 def _chain_tree(bs: int, steps: int, device) -> DraftTree:
@@ -354,7 +350,7 @@ def _chain_tree(bs: int, steps: int, device) -> DraftTree:
 
 def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_logits: torch.Tensor, *,
                                       temperature, top_k=0, top_p=1.0, min_p=0.0, seed=None, offset=None, generator=None, coins=None,
-                                      final_coins=None, logprobs=None, out: Optional[Verdict] = None,
+                                      final_coins=None, logprobs=None, top_logprobs=0, out: Optional[Verdict] = None,
                                       target: KernelTarget) -> semantics.SampledVerdict:
     """Triton provider of ``verify_chain_sampling_from_logits`` (arguments validated by the caller).
     Without draft_probs the chain runs through the tree walk (a chain is a tree with one child
@@ -374,7 +370,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
                                                  out=out, target=target)
     else:
         verdict = verify_kernels.verify_chain_sampling(draft_ids, draft_probs, probs, accept, final, out=out, target=target)
-    return semantics.SampledVerdict(verdict, _logprobs(verdict, nodes, logprobs, probs, logits, lse))
+    return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
 
 
 PROVIDERS = {

@@ -97,11 +97,15 @@ Number = Union[int, float]
 
 
 class SampledVerdict(NamedTuple):
-    """What the from-logits verify ops return: the Verdict and the emitted tokens' logprobs
-    ((bs, S+1) float32, NaN past accept_lens) or None when not asked for."""
+    """What the from-logits verify ops return: the Verdict; the emitted tokens' logprobs ((bs, S+1)
+    float32, NaN past accept_lens) or None when not asked for; with ``top_logprobs=n`` the n
+    most likely tokens at every emitted position ((bs, S+1, n) int64, -1 past accept_lens;
+    descending, ties to the lower id) and their logprobs ((bs, S+1, n) float32, NaN past)."""
 
     verdict: Verdict
     logprobs: Optional[torch.Tensor]
+    top_ids: Optional[torch.Tensor] = None
+    top_logprobs: Optional[torch.Tensor] = None
 
 
 @functools.lru_cache(maxsize=None)
@@ -194,9 +198,12 @@ def _check_randomness(bs: int, width: int, device, temperature, seed, offset, ge
         checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
 
 
-def _check_logprobs(logprobs) -> None:
+def _check_logprobs(logprobs, top_logprobs, vocab: int) -> None:
     if logprobs is not None and logprobs not in LOGPROB_MODES:
         raise checks.InvalidInput("logprobs", f"None or one of {LOGPROB_MODES}", logprobs)
+    checks.integer("top_logprobs", top_logprobs, low=0, high=vocab)
+    if top_logprobs and logprobs is None:
+        raise checks.InvalidInput("logprobs", "'raw' or 'processed' when top_logprobs > 0", None)
 
 
 def check_process_logits(logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0, out=None) -> None:
@@ -210,19 +217,20 @@ def check_process_logits(logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0, 
 
 
 def check_verify_sampling_from_logits(tree, candidates, target_logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0, seed=None,
-                                      offset=None, generator=None, coins=None, final_coins=None, logprobs=None, out=None) -> None:
+                                      offset=None, generator=None, coins=None, final_coins=None, logprobs=None, top_logprobs=0,
+                                      out=None) -> None:
     bs, nodes, device = verify._check_tree(tree)
     checks.tensor("candidates", candidates, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, nodes))
-    _check_logits("target_logits", target_logits, bs * nodes, device)
+    vocab = _check_logits("target_logits", target_logits, bs * nodes, device)
     _check_sampling_params(bs, device, temperature, top_k, top_p, min_p)
     _check_randomness(bs, nodes, device, temperature, seed, offset, generator, coins, final_coins)
-    _check_logprobs(logprobs)
+    _check_logprobs(logprobs, top_logprobs, vocab)
     verify._check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
 
 
 def check_verify_chain_sampling_from_logits(draft_ids, draft_probs, target_logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0,
                                             seed=None, offset=None, generator=None, coins=None, final_coins=None, logprobs=None,
-                                            out=None) -> None:
+                                            top_logprobs=0, out=None) -> None:
     checks.tensor("draft_ids", draft_ids, ndim=2, dtypes=checks.INDEX_DTYPES)
     bs, steps = draft_ids.shape
     device = draft_ids.device
@@ -231,7 +239,7 @@ def check_verify_chain_sampling_from_logits(draft_ids, draft_probs, target_logit
         raise checks.InvalidInput("draft_probs", f"the vocabulary of target_logits (V = {vocab})", f"shape {tuple(draft_probs.shape)}")
     _check_sampling_params(bs, device, temperature, top_k, top_p, min_p)
     _check_randomness(bs, steps, device, temperature, seed, offset, generator, coins, final_coins)
-    _check_logprobs(logprobs)
+    _check_logprobs(logprobs, top_logprobs, vocab)
     verify._check_verdict_out(out, bs, steps + 1, steps + 1, device)
 
 
@@ -419,25 +427,42 @@ def draw_coins(bs: int, width: int, device, *, seed, offset, generator, coins, f
 # logprobs of the emitted tokens
 
 
-def emitted_logprobs(verdict: Verdict, nodes: int, mode: Optional[str], probs: Optional[torch.Tensor], logits: torch.Tensor,
-                     lse: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """(bs, S+1) float32: column k the logprob of the token emitted at path node k (its predict),
-    from the processed ``probs`` (R, V) or the raw ``logits`` (R, V) with their log-sum-exp; NaN
-    past accept_lens."""
+def _row_logprobs(mode: str, rows: torch.Tensor, probs: Optional[torch.Tensor], logits: torch.Tensor,
+                  lse: Optional[torch.Tensor]) -> torch.Tensor:
+    """(len(rows), V) float32 logprobs of the given rows, processed or raw."""
+    if mode == "processed":
+        return torch.log(probs[rows])
+    x = sanitize_logits(logits[rows])
+    return torch.where(lse[rows, None] > float("-inf"), x - lse[rows, None], torch.full_like(x, float("-inf")))
+
+
+def sampled_verdict(verdict: Verdict, mode: Optional[str], top_n: int, probs: Optional[torch.Tensor], logits: torch.Tensor,
+                    lse: Optional[torch.Tensor]) -> SampledVerdict:
+    """The SampledVerdict of a from-logits verify: logprobs of the token emitted at path node k
+    (its predict) in column k, from the processed ``probs`` (R, V) or the raw ``logits`` (R, V)
+    with their log-sum-exp ``lse`` (R,); and the ``top_n`` alternatives of those rows (ranked by
+    the same logprobs; ties to the lower id). Rows off the path: NaN / -1."""
     if mode is None:
-        return None
+        return SampledVerdict(verdict, None)
     accept = verdict.accept_index.to(torch.int64)
     on_path = accept >= 0
-    rows = accept.clamp(min=0)
-    tokens = verdict.predict.to(torch.int64)[rows.reshape(-1)].reshape(accept.shape).clamp(min=0)
-    flat_rows, flat_tokens = rows.reshape(-1), tokens.reshape(-1)
-    if mode == "processed":
-        values = torch.log(probs[flat_rows, flat_tokens])
-    else:
-        x = sanitize_logits(logits[flat_rows, flat_tokens][:, None])[:, 0]
-        values = torch.where(lse[flat_rows] > float("-inf"), x - lse[flat_rows], torch.full_like(x, float("-inf")))
-    values = values.reshape(accept.shape)
-    return torch.where(on_path, values, torch.full_like(values, float("nan")))
+    rows = accept.clamp(min=0).reshape(-1)
+    tokens = verdict.predict.to(torch.int64)[rows].clamp(min=0)
+    row_logprobs = _row_logprobs(mode, rows, probs, logits, lse)
+    values = row_logprobs.gather(1, tokens[:, None])[:, 0].reshape(accept.shape)
+    values = torch.where(on_path, values, torch.full_like(values, float("nan")))
+    if not top_n:
+        return SampledVerdict(verdict, values)
+    # Ranked by the exact values (the processed probabilities or the sanitised logits, never their
+    # rounded logs, so ids agree on every backend); a stable descending sort puts the lower id
+    # first among equals.
+    ranking = probs[rows] if mode == "processed" else sanitize_logits(logits[rows])
+    top_ids = torch.sort(ranking, dim=1, descending=True, stable=True).indices[:, :top_n]
+    top_values = row_logprobs.gather(1, top_ids)
+    shape = (*accept.shape, top_n)
+    top_ids = torch.where(on_path[..., None], top_ids[:, :top_n].reshape(shape), torch.full(shape, -1, dtype=torch.int64, device=accept.device))
+    top_values = torch.where(on_path[..., None], top_values[:, :top_n].reshape(shape), torch.full(shape, float("nan"), device=accept.device))
+    return SampledVerdict(verdict, values, top_ids, top_values)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -460,6 +485,7 @@ def verify_sampling_from_logits(
     coins: Optional[torch.Tensor] = None,
     final_coins: Optional[torch.Tensor] = None,
     logprobs: Optional[str] = None,
+    top_logprobs: int = 0,
     out: Optional[Verdict] = None,
 ) -> SampledVerdict:
     """Tree verification from raw target logits with per-request sampling parameters.
@@ -478,10 +504,12 @@ def verify_sampling_from_logits(
             or ``coins`` (bs, N) and ``final_coins`` (bs,) float32. Exactly one source; none
             when ``temperature`` is the number 0.
         logprobs: None, "raw" or "processed".
+        top_logprobs: n >= 0: also the n most likely tokens (by the same logprobs) at every
+            emitted position, with their logprobs.
         out: optional Verdict of contiguous int32 buffers.
 
     Returns:
-        SampledVerdict(verdict, logprobs (bs, S+1) float32 or None).
+        SampledVerdict(verdict, logprobs (bs, S+1) float32 or None, top_ids, top_logprobs).
     """
     bs, nodes = candidates.shape
     vocab = target_logits.shape[-1]
@@ -492,7 +520,7 @@ def verify_sampling_from_logits(
                                      final_coins=final_coins)
     verdict = verify.verify_sampling(tree, candidates, probs, accept_coins, final, out=out)
     lse = raw_logsumexp(logits) if logprobs == "raw" else None
-    return SampledVerdict(verdict, emitted_logprobs(verdict, nodes, logprobs, probs, logits, lse))
+    return sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
 
 
 def one_hot_draft_probs(draft_ids: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -520,6 +548,7 @@ def verify_chain_sampling_from_logits(
     coins: Optional[torch.Tensor] = None,
     final_coins: Optional[torch.Tensor] = None,
     logprobs: Optional[str] = None,
+    top_logprobs: int = 0,
     out: Optional[Verdict] = None,
 ) -> SampledVerdict:
     """Chain rejection sampling from raw target logits with per-request sampling parameters.
@@ -536,7 +565,7 @@ def verify_chain_sampling_from_logits(
             drawn from (for example ``process_logits`` of the draft logits).
         target_logits: (bs*(S+1), V) or (bs, S+1, V) float logits at the root and each draft.
         temperature, top_k, top_p, min_p, seed, offset, generator, coins (bs, S), final_coins,
-            logprobs, out: as in ``verify_sampling_from_logits``.
+            logprobs, top_logprobs, out: as in ``verify_sampling_from_logits``.
 
     Returns:
         SampledVerdict over a chain of N = S+1 nodes.
@@ -552,4 +581,4 @@ def verify_chain_sampling_from_logits(
     q = one_hot_draft_probs(draft_ids, vocab) if draft_probs is None else draft_probs
     verdict = verify.verify_chain_sampling(draft_ids, q, probs, accept_coins, final, out=out)
     lse = raw_logsumexp(logits) if logprobs == "raw" else None
-    return SampledVerdict(verdict, emitted_logprobs(verdict, nodes, logprobs, probs, logits, lse))
+    return sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)

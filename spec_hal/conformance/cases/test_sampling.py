@@ -148,13 +148,19 @@ def test_verify_sampling_from_logits_bit_identical(backend, steps, nodes, bs, ra
     else:
         generator = torch.Generator().manual_seed(nodes)
         source = {"coins": torch.rand(bs, nodes, generator=generator), "final_coins": torch.rand(bs, generator=generator)}
-    expected = reference.verify_sampling_from_logits(tree, candidates, logits, **params, **source, logprobs=logprobs)
+    expected = reference.verify_sampling_from_logits(tree, candidates, logits, **params, **source, logprobs=logprobs, top_logprobs=3)
     device = backend.device
     with no_host_sync(device):
         got = backend.verify_sampling_from_logits(tree_to(tree, device), candidates.to(device), embedded_input(logits, device, margin_value=50.0),
-                                                  **_params_to(params, device), **_params_to(source, device), logprobs=logprobs)
+                                                  **_params_to(params, device), **_params_to(source, device), logprobs=logprobs, top_logprobs=3)
     _assert_same_verdict(got.verdict, expected.verdict)
     _assert_logprobs_close(got.logprobs, expected.logprobs)
+    assert torch.equal(got.top_ids.cpu(), expected.top_ids), "top_logprobs ids differ from the reference"
+    _assert_logprobs_close(got.top_logprobs, expected.top_logprobs)
+    # The emitted token's logprob never exceeds the best alternative's; padding matches.
+    emitted = ~torch.isnan(expected.logprobs)
+    assert (expected.logprobs[emitted] <= expected.top_logprobs[..., 0][emitted]).all()
+    assert ((expected.top_ids >= 0) == emitted[..., None]).all()
 
 
 @pytest.mark.spec_hal_op("verify_sampling_from_logits")
@@ -374,10 +380,12 @@ def _invalid_calls(device):
         ("target_logits", lambda b: b.verify_chain_sampling_from_logits(ids, None, chain_logits[:6], temperature=1.0, **ok)),
         ("draft_probs", lambda b: b.verify_chain_sampling_from_logits(ids, torch.zeros(2, 3, 9, device=device), chain_logits, temperature=1.0, **ok)),
         ("logits", lambda b: b.process_logits(logits.to(torch.int64), temperature=1.0)),
+        ("logprobs", lambda b: verify(b, top_logprobs=2)),
+        ("top_logprobs", lambda b: verify(b, logprobs="raw", top_logprobs=11)),
     ]
 
 
 @pytest.mark.spec_hal_op("verify_sampling_from_logits")
-@pytest.mark.parametrize("case", range(19))
+@pytest.mark.parametrize("case", range(21))
 def test_sampling_ops_reject_bad_input(backend, case):
     assert_rejects(backend, *_invalid_calls(backend.device)[case])
