@@ -40,17 +40,31 @@ def _assert_logprobs_close(actual, expected) -> None:
     torch.testing.assert_close(actual.cpu(), expected.cpu(), atol=2e-5, rtol=2e-5, equal_nan=True)
 
 
+# Parameter patterns, assigned to request r as PARAM_PATTERNS[(r + r // 8) % 8]: the first 8
+# requests meet the logits pattern of their own index (inputs.LOGIT_ROW_PATTERNS cycles with r),
+# the next 8 the previous one, so every mask binds alone on ordinary rows and on degenerate ones.
+PARAM_PATTERNS = ("greedy", "plain", "top_k", "top_p", "min_p", "top_k+top_p", "all", "top_k_off+min_p")
+
+
 def _mixed_params(bs: int, vocab: int, *, seed: int) -> dict:
     """Per-request parameters covering greedy, plain, top-k, top-p, min-p and combinations."""
     generator = torch.Generator().manual_seed(seed)
     temperature = torch.rand(bs, generator=generator) * 1.8 + 0.1
-    temperature[::4] = 0.0
-    top_k = torch.randint(0, vocab + 2, (bs,), generator=generator)
-    top_k[1::3] = 0
-    top_p = torch.rand(bs, generator=generator) * 0.9 + 0.1
-    top_p[::2] = 1.0
-    min_p = torch.rand(bs, generator=generator) * 0.4
-    min_p[1::2] = 0.0
+    top_k = torch.randint(1, max(2, min(6, vocab)), (bs,), generator=generator)
+    top_p = torch.rand(bs, generator=generator) * 0.8 + 0.1
+    min_p = torch.rand(bs, generator=generator) * 0.4 + 0.05
+    for r in range(bs):
+        pattern = PARAM_PATTERNS[(r + r // 8) % len(PARAM_PATTERNS)]
+        if pattern == "greedy":
+            temperature[r] = 0.0
+        if "top_k" not in pattern and pattern != "all":
+            top_k[r] = 0
+        if pattern == "top_k_off+min_p":
+            top_k[r] = vocab + 1
+        if "top_p" not in pattern and pattern != "all":
+            top_p[r] = 1.0
+        if "min_p" not in pattern and pattern != "all":
+            min_p[r] = 0.0
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
 
 
