@@ -163,7 +163,8 @@ def rejection_sample(
     # token replaces it).
     padded_target = target.index_select(0, torch.cat([rows, rows[:, -1:]], dim=1).reshape(-1)).view(bs, width, vocab) if num_tokens \
         else torch.zeros((bs, width, vocab), device=device)
-    padded_draft = _padded_draft_probs(draft_probs, padded_drafts, rows, bs, max_spec_len, vocab, device)
+    uniform_counts = all(count == max_spec_len for count in num_draft_tokens)  # host list: no device read
+    padded_draft = _padded_draft_probs(draft_probs, padded_drafts, rows, bs, max_spec_len, vocab, device, uniform_counts)
     verdict = spec_hal.verify_chain_sampling(padded_drafts, padded_draft, padded_target, coins, final_coins)
     sampled = verdict.predict.view(bs, width).to(torch.int64)
     recovered = sampled.gather(1, verdict.num_correct.to(torch.int64)[:, None])[:, 0]
@@ -188,8 +189,11 @@ def _greedy(spec_hal, target_probs, padded_drafts, rows, valid, counts, bonus, w
     return _emit(torch.cat([padded_drafts, root], dim=1), num_correct, recovered, counts, bonus, width)
 
 
-def _padded_draft_probs(draft_probs, padded_drafts, rows, bs, steps, vocab, device) -> torch.Tensor:
-    """(bs, S, V) float32: the draft rows, or one-hot rows at the drafted ids for n-gram drafts."""
+def _padded_draft_probs(draft_probs, padded_drafts, rows, bs, steps, vocab, device, uniform_counts: bool) -> torch.Tensor:
+    """(bs, S, V) float32: the draft rows (a view when every request has S drafts), or one-hot rows
+    at the drafted ids for n-gram drafts."""
+    if draft_probs is not None and uniform_counts and draft_probs.dtype == torch.float32 and steps:
+        return draft_probs.reshape(bs, steps, vocab)
     if draft_probs is not None and rows.numel() and draft_probs.shape[0]:
         return draft_probs.to(torch.float32).index_select(0, rows.reshape(-1)).view(bs, steps, vocab)
     one_hot = torch.zeros((bs, steps, vocab), dtype=torch.float32, device=device)
