@@ -271,3 +271,22 @@ def test_top_k_renorm_keeps_ties_and_handles_empty_batches(lane):
     assert sgl_kernel.top_k_renorm_prob(torch.zeros(0, 4), 2).shape == (0, 4)
     with pytest.raises(InvalidInput, match="^top_k"):
         sgl_kernel.top_k_renorm_prob(probs, torch.tensor([1, 2]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba state scatter (SGLang's fused_mamba_state_scatter_with_mask, documented in
+# sglang/srt/layers/attention/mamba/mamba_state_scatter_triton.py: valid iff step >= 0)
+
+
+def test_fused_mamba_state_scatter_with_mask(lane):
+    generator = torch.Generator().manual_seed(0)
+    dst = torch.randn(2, 6, 3, 4, generator=generator)
+    src = torch.randn(2, 4, 5, 3, 4, generator=generator)
+    slots = torch.tensor([4, 0, 2, 5], dtype=torch.int32)
+    steps = torch.tensor([2, -1, 0, 4], dtype=torch.int32)
+    expected = dst.clone()
+    for request in range(4):  # the docstring's loop: for each valid i, dst[:, slot[i]] = src[:, i, step[i]]
+        if steps[request] >= 0:
+            expected[:, slots[request]] = src[:, request, steps[request]]
+    sgl_kernel.fused_mamba_state_scatter_with_mask(dst, src, slots, steps)
+    assert torch.equal(dst, expected)

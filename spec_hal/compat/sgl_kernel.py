@@ -300,3 +300,28 @@ def top_p_renorm_probs(probs: torch.Tensor, top_p: Union[torch.Tensor, float]) -
 
 top_k_renorm_prob = top_k_renorm_probs
 top_p_renorm_prob = top_p_renorm_probs
+
+
+# ----------------------------------------------------------------------------------------------
+# Mamba state (SGLang's Python helper, sglang/srt/layers/attention/mamba/mamba_state_scatter_triton.py)
+
+
+def fused_mamba_state_scatter_with_mask(dst: torch.Tensor, src: torch.Tensor, dst_indices_raw: torch.Tensor,
+                                        step_indices_raw: torch.Tensor) -> None:
+    """``dst[:, dst_indices_raw[i]] = src[:, i, step_indices_raw[i]]`` for every layer, in place
+    (native: ``spec_hal.scatter_mamba_state``).
+
+    Args (SGLang layout):
+        dst: (L, slots, *state) pool, written in place.
+        src: (L, requests, N, *state) per-step scratch of the verify forward.
+        dst_indices_raw: (requests,) int32/int64 pool slot of each request.
+        step_indices_raw: (requests,) int32/int64 step to commit; a negative step skips the request.
+
+    As upstream, a request whose slot or step is out of range is skipped (checked mode,
+    ``SPEC_HAL_CHECKS=1``, raises instead). Differs: any backend (upstream is CUDA-only), and the
+    state dimensions must be contiguous while layer/slot/row/step strides may be anything
+    (upstream requires fully contiguous tensors).
+    """
+    import spec_hal
+
+    spec_hal.scatter_mamba_state(dst=dst, src=src, dst_slots=dst_indices_raw, src_steps=step_indices_raw)
