@@ -54,6 +54,7 @@ class EngineConfig:
     temperature: float = 0.0
     graphs: bool = False
     max_tokens: int = 16
+    max_rounds: Optional[int] = None  # stop after this many rounds even if tokens are missing (fixed-length runs)
 
 
 @dataclass
@@ -396,7 +397,7 @@ class SpeculativeEngine:
             slowest = int(out_lens.min())  # the one host read per round
             if progress is not None:
                 progress(min(slowest, cfg.max_tokens), cfg.max_tokens)
-            if slowest >= cfg.max_tokens:
+            if slowest >= cfg.max_tokens or len(accept_history) == cfg.max_rounds:
                 break
         return Generation(tokens=out[:, :cfg.max_tokens].cpu(), accept_lens=torch.stack(accept_history).cpu(),
                           active=torch.stack(active_history).cpu(), timings=dict(self.timer.totals()))
