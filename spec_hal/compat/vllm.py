@@ -5,7 +5,8 @@
 The signature, the flat layout (drafts of all requests concatenated, per-request counts and
 cumulative offsets), the optional draft probabilities (None for n-gram drafts), the bonus tokens
 and the padded int32 output with ``PLACEHOLDER_TOKEN_ID`` (-1) follow
-``vllm/v1/sample/rejection_sampler.py`` of vllm-project/vllm (read at commit 0097a7b). Greedy
+``vllm/v1/sample/rejection_sampler.py`` of vllm-project/vllm (read at commit 7f6fc1c; the
+signature is unchanged since 0097a7b, where ``GREEDY_TEMPERATURE`` was -1 instead of 0). Greedy
 requests (``temperature == GREEDY_TEMPERATURE``) go through ``spec_hal.verify_chain`` over the
 target argmax (``spec_hal.draft_topk`` with k = 1), random ones through
 ``spec_hal.verify_chain_sampling``; both run on the backend for the tensors' device.
@@ -35,8 +36,8 @@ from .. import checks
 from ..errors import InvalidInput
 
 PLACEHOLDER_TOKEN_ID = -1
-GREEDY_TEMPERATURE = -1
-MAX_SPEC_LEN = 32
+GREEDY_TEMPERATURE = 0  # vLLM >= 7f6fc1c; older releases marked greedy requests with -1
+MAX_SPEC_LEN = 128
 
 
 class SamplingMetadata(Protocol):
