@@ -79,7 +79,7 @@ def expected_random(ids, counts, draft_probs, target_probs, bonus, seeds):
     width = max(counts) + 1
     for request, count in enumerate(counts):
         generator = torch.Generator().manual_seed(seeds[request])
-        coins = torch.empty(count).uniform_(generator=generator) if count else torch.empty(0)
+        coins = torch.empty(count, dtype=torch.float64).uniform_(generator=generator).float() if count else torch.empty(0)
         final = torch.empty(1).uniform_(generator=generator) if count else None
         if count == 0:
             rows.append([int(bonus[request])] + [PH] * (width - 1))

@@ -18,8 +18,9 @@ What differs (also in ``docs/compat.md``):
 * The recovered token is an exact inverse-CDF sample of ``max(p - q, 0)`` with one uniform per
   request; vLLM draws V exponentials per request and takes ``argmax(residual / exp)``. Both sample
   the same distribution; draws differ. The accept/reject coins are drawn exactly as vLLM draws
-  them (``torch.rand`` over all draft tokens, then each seeded request's slice from its generator),
-  so for the same generator state the accept decisions use the same numbers.
+  them (float64 ``torch.rand`` over all draft tokens, then each seeded request's slice from its
+  generator) and rounded to float32, so for the same generator state the accept decisions use the
+  same numbers (up to that rounding).
 * vLLM has no tree rejection sampler to mirror (its EAGLE trees are verified by the chain path);
   SGLang-style trees are in ``spec_hal.compat.sgl_kernel``.
 * The ragged layout is padded to ``max_spec_len`` for the native chain ops, which copies the
@@ -77,8 +78,10 @@ def _padded_rows(cu_num_draft_tokens: torch.Tensor, max_spec_len: int) -> tuple[
 
 
 def _uniforms(num_tokens: int, num_draft_tokens, generators: dict, device) -> torch.Tensor:
-    """vLLM's generate_uniform_probs: one uniform per draft token; seeded requests from their generator."""
-    coins = torch.rand((num_tokens,), dtype=torch.float32, device=device)
+    """vLLM's generate_uniform_probs: one float64 uniform per draft token, seeded requests' slices
+    from their generator (float64 as vLLM draws them, so a generator yields the same numbers),
+    rounded to the float32 coins of the native op."""
+    coins = torch.rand((num_tokens,), dtype=torch.float64, device=device)
     start = 0
     for request, count in enumerate(num_draft_tokens):
         if count == 0:
@@ -87,7 +90,7 @@ def _uniforms(num_tokens: int, num_draft_tokens, generators: dict, device) -> to
         if generator is not None:
             coins[start:start + count].uniform_(generator=generator)
         start += count
-    return coins
+    return coins.to(torch.float32)
 
 
 def _final_coins(num_draft_tokens, generators: dict, device) -> torch.Tensor:
