@@ -21,8 +21,9 @@ What differs (also in ``docs/compat.md``):
   them (float64 ``torch.rand`` over all draft tokens, then each seeded request's slice from its
   generator) and rounded to float32, so for the same generator state the accept decisions use the
   same numbers (up to that rounding).
-* vLLM has no tree rejection sampler to mirror (its EAGLE trees are verified by the chain path);
-  SGLang-style trees are in ``spec_hal.compat.sgl_kernel``.
+* vLLM has no tree rejection sampler to mirror: its tree sampler (vllm-project/vllm PR 22752)
+  was closed unmerged; SGLang-style tree verification is in ``spec_hal.compat.sgl_kernel``.
+  vLLM's optional block verification (PR 46781) is not mirrored.
 * The ragged layout is padded to ``max_spec_len`` for the native chain ops, which copies the
   draft and target rows of the random requests (``index_select``); spec_hal's ragged chain op
   (issue #14) removes that copy.
