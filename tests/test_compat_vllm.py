@@ -132,6 +132,9 @@ def test_empty_batch_and_bad_arguments(lane):
     empty = rejection_sample(torch.zeros(0, dtype=torch.int32), [], 2, torch.zeros(0, dtype=torch.int32), None, torch.zeros(0, 5),
                              torch.zeros(0, 1, dtype=torch.int64), metadata(all_greedy=True))
     assert empty.shape == (0, 3) and empty.dtype == torch.int32
+    no_drafts = rejection_sample(torch.zeros(0, dtype=torch.int32), [0, 0], 0, torch.zeros(2, dtype=torch.int32), None, torch.zeros(0, 5),
+                                 torch.tensor([[3], [4]]), metadata(torch.ones(2)))
+    assert no_drafts.tolist() == [[3], [4]]
     with pytest.raises(InvalidInput, match="^num_draft_tokens"):
         rejection_sample(torch.zeros(3, dtype=torch.int32), [1, 1], 2, torch.tensor([1, 2]), None, torch.zeros(3, 5),
                          torch.zeros(2, 1, dtype=torch.int64), metadata(all_greedy=True))

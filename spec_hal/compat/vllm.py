@@ -149,6 +149,9 @@ def rejection_sample(
     output = torch.full((bs, width), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device)
     if bs == 0:
         return output
+    if max_spec_len == 0:  # no drafts anywhere: every request emits its bonus token
+        output[:, 0] = bonus_token_ids.reshape(bs).to(torch.int32)
+        return output
     flat, valid, counts = _padded_rows(cu_num_draft_tokens, max_spec_len)
     rows = flat.clamp(0, max(num_tokens - 1, 0))
     drafts = draft_token_ids.to(torch.int64)
