@@ -1,8 +1,12 @@
 """Probability processing shared by the compat modules: softmax with temperature, top-k and top-p
 renormalisation, and categorical sampling of probability rows.
 
-spec_hal has no native "processing" op yet (the sampling family of issue #13 adds one; when it
-lands, ``top_k_renorm``/``top_p_renorm``/``softmax_with_temperature`` become calls to it). Until
+spec_hal has no native "processing" op on main yet. The sampling family of issue #13 (branch
+``sampling``) registers ``process_logits(logits, *, temperature, top_k, top_p, min_p)``; once it
+is merged these become calls to it: ``softmax_with_temperature(x, t)`` is
+``process_logits(x, temperature=t)``, and ``top_k_renorm(p, k)`` / ``top_p_renorm(p, q)`` are
+``process_logits(p.log(), temperature=1.0, top_k=k)`` / ``(..., top_p=q)`` (its quantised
+exponential and its top-k tie rule, ties to the lower id, then replace the rules below). Until
 then these are compat-owned pure-PyTorch functions: they run on the tensors' device for every
 backend, and they are their own reference. Sampling (``sample_rows``) is already native: it is
 ``spec_hal.verify_chain_sampling`` with zero draft tokens, whose final token is the exact
