@@ -118,9 +118,11 @@ def test_tree_speculative_sampling_matches_native_reference(lane, thresholds):
     target_probs = torch.softmax(torch.randn(bs, nodes, vocab, generator=generator) * 2, dim=-1)
     coins, final_coins = torch.rand(bs, nodes, generator=generator), torch.rand(bs, generator=generator)
     predicts, accept_index, accept_token_num = output_buffers(bs, nodes, steps + 1)
+    inputs = [t.clone() for t in (candidates, target_probs, coins, final_coins)]
     sgl_kernel.tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, tree.retrieve_index,
                                                      tree.retrieve_next_token, tree.retrieve_next_sibling, coins, final_coins,
                                                      target_probs, *thresholds)
+    assert all(torch.equal(a, b) for a, b in zip(inputs, (candidates, target_probs, coins, final_coins))), "inputs are not written"
     expected = verify_reference.verify_sampling(tree, candidates, target_probs, coins, final_coins,
                                                 threshold_single=thresholds[0], threshold_acc=thresholds[1])
     assert predicts.tolist() == expected.predict.tolist()
