@@ -271,10 +271,10 @@ def build_tree_kernel_efficient(
     # the draft and root tokens (their values only reach DraftTree.tokens, which is discarded).
     tree = spec_hal.build_tree(verified_seq_len, parent_list, selected_index, selected_index, verified_seq_len,
                                topk=topk, mask_mode=mode, seq_lens_sum=seq_lens_sum)
-    positions.copy_(tree.positions)
-    retrive_index.copy_(tree.retrieve_index)
-    retrive_next_token.copy_(tree.retrieve_next_token)
-    retrive_next_sibling.copy_(tree.retrieve_next_sibling)
+    # One multi-tensor copy for the four int64 outputs (a single launch on a GPU where torch's
+    # foreach fast path applies, four copies elsewhere), then the mask.
+    torch._foreach_copy_([positions, retrive_index, retrive_next_token, retrive_next_sibling],
+                         [tree.positions, tree.retrieve_index, tree.retrieve_next_token, tree.retrieve_next_sibling])
     mask = tree.mask.contiguous().view(torch.uint8) if mode == "bitpacked" else tree.mask
     tree_mask.view(-1).copy_(mask.reshape(-1))
 
