@@ -292,3 +292,14 @@ def test_fused_mamba_state_scatter_with_mask(lane):
             expected[:, slots[request]] = src[:, request, steps[request]]
     sgl_kernel.fused_mamba_state_scatter_with_mask(dst, src, slots, steps)
     assert torch.equal(dst, expected)
+
+
+def test_compat_imports_no_upstream_library_and_no_device_work():
+    import subprocess
+    import sys
+
+    probe = ("import sys, torch; import spec_hal.compat.sgl_kernel, spec_hal.compat.vllm, spec_hal.compat.flashinfer; "
+             "print(sorted(m for m in ('sgl_kernel', 'vllm', 'flashinfer') if m in sys.modules), torch.cuda.is_initialized())")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["[]", "False"]
