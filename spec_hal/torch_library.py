@@ -32,7 +32,7 @@ Design (docs/torch-compile.md has the engine's view, docs/adding-an-op.md the op
 
 The eager public path (``spec_hal.<op>``) does not go through ``torch.ops``: the dispatcher
 costs microseconds per call that the host-overhead goal cannot spare
-(``benchmarks/host_overhead.py`` measures both). Under ``torch.compile`` the public functions
+(``spec_hal/bench/host_overhead.py`` measures both). Under ``torch.compile`` the public functions
 route here (``torch.compiler.is_compiling()``), so the traced graph holds the custom ops.
 
 Registration is lazy (``import spec_hal`` defines nothing): :func:`register` runs on the first
@@ -316,6 +316,8 @@ class CustomOp:
             if name == "out":
                 self.has_out = True
                 continue
+            if name not in hints:
+                raise TypeError(f"op {spec.name!r}: argument {name!r} has no type hint (the schema is derived from them)")
             self.params.append(_param(name, hints[name], parameter, name in spec.mutates))
         self.result = _result(hints.get("return"), spec, self.params)
         self.positional = [p.name for p in self.params if not p.keyword_only]
@@ -478,10 +480,10 @@ def register() -> dict[str, CustomOp]:
                 continue
             try:
                 op = CustomOp(spec)
-            except TypeError as exc:  # reported by custom_op(name); the eager op still works
-                _UNREGISTERED[name] = str(exc)
+                _define(op)
+            except Exception as exc:  # reported by custom_op(name); the eager op must keep working
+                _UNREGISTERED[name] = f"{type(exc).__name__}: {exc}"
                 continue
-            _define(op)
             _CUSTOM_OPS[name] = op
         return dict(_CUSTOM_OPS)
 

@@ -24,11 +24,17 @@ DEVICE = torch.device(os.environ.get("SPEC_HAL_TEST_DEVICE", "cpu"))
 EXAMPLES = op_examples(DEVICE)
 
 
+# Ops not yet custom ops (eager only; a compiled call raises the reason): their sampling
+# parameters are "number or per-request tensor" and they take a torch.Generator, neither of which
+# a schema expresses; they need a wrapper that turns numbers into tensors and drops the generator.
+NOT_YET = {"process_logits", "verify_sampling_from_logits", "verify_chain_sampling_from_logits"}
+
+
 def test_every_op_is_a_custom_op_with_an_example():
     ops = torch_library.register()
-    assert not torch_library._UNREGISTERED
-    assert set(ops) == set(all_ops())
-    assert {op for _, op, _, _ in EXAMPLES} == set(all_ops())
+    assert set(torch_library._UNREGISTERED) == NOT_YET, torch_library._UNREGISTERED
+    assert set(ops) == set(all_ops()) - NOT_YET
+    assert {op for _, op, _, _ in EXAMPLES} == set(ops)
     with_out = {op for case, op, _, kwargs in EXAMPLES if "out" in kwargs}
     assert with_out == {name for name, op in ops.items() if op.has_out}
 

@@ -1,5 +1,5 @@
 """One full speculative step made of spec_hal ops, seeded inputs for it, and one example call of
-every op (shared by tests/test_torch_library.py and benchmarks/host_overhead.py).
+every op (shared by tests/test_torch_library.py and spec_hal/bench/host_overhead.py).
 
 The "models" are lookup tables (token -> logits, token -> target distribution, token -> hidden),
 so every value inside the step comes from spec_hal ops and exact gathers: a compiled step must

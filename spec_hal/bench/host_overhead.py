@@ -1,6 +1,6 @@
 """Host overhead per op: µs per eager call on tiny inputs, by call path, in one process.
 
-    python benchmarks/host_overhead.py [--device cuda] [--calls 2000] [--output host.md]
+    python -m spec_hal.bench.host_overhead [--device cuda] [--calls 2000] [--output host.md]
 
 Paths, per op example of ``spec_hal.testing.step.op_examples`` (bs = 3, every op and its out=):
 
