@@ -21,7 +21,6 @@ tiny inputs this is host time. No assertion on time anywhere.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from typing import Optional
