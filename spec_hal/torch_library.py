@@ -6,7 +6,10 @@ Design (docs/torch-compile.md has the engine's view, docs/adding-an-op.md the op
 * **Derived, not hand-written.** Each op's schema comes from its reference's signature and type
   hints (``spec_hal/<family>.py``); the op's ``fake`` (declared beside its ``register_op``) gives
   the output shapes and dtypes. ``Tensor`` is ``Tensor``, ``Optional[Tensor]`` ``Tensor?``,
-  ``int`` ``SymInt``, ``float``/``str``/``bool`` themselves, ``Sequence[Tensor]`` ``Tensor[]``.
+  ``int`` ``SymInt``, ``float``/``str``/``bool`` themselves, ``Sequence[Tensor]`` ``Tensor[]``,
+  ``Optional[torch.Generator]`` ``Generator?`` (eager only: dynamo cannot trace a generator), and
+  a per-request parameter ``Union[float, Tensor]``/``Union[int, Tensor]`` (a number or a tensor)
+  the pair ``Scalar? <name>_number, Tensor? <name>_tensor`` with exactly one set.
 * **Structured values cross as tensors.** A result type (``DraftTree``, ``Verdict``,
   ``DraftSlots``, ``MambaCommit``, ``Expansion``...: a dataclass or NamedTuple of tensors,
   optional tensors, scalars and nested such types) is flattened to its fields: as an input, one
@@ -20,6 +23,8 @@ Design (docs/torch-compile.md has the engine's view, docs/adding-an-op.md the op
   ``Tensor(x!)`` and which returns nothing; arguments in the op's ``mutates`` (``move_kv``'s
   caches, the mamba state pools) are ``Tensor(x!)``/``Tensor(x!)[]``. An op that mutates and is
   annotated to return a ``Tensor`` returns its (first) mutated argument, rebuilt by the wrapper.
+  When ``out`` is one struct field of the result (a Verdict inside a SampledVerdict), ``.into``
+  writes that field's buffers and returns the result's other tensors (the fresh logprobs).
 * **Per device type.** The ``CPU`` and ``CUDA`` (HIP tensors are ``CUDA`` to torch) kernels both
   call :func:`spec_hal.ops.bound_for_device`: the op's check and the provider of the backend that
   ``spec_hal.<op>`` would use for that device. So on CPU tensors the dispatcher runs the
