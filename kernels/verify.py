@@ -147,20 +147,19 @@ def _finishing(counter_ptr, req, req_ok, SPLIT: tl.constexpr):
 @triton.jit
 def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, coin,
                       sums_ptr, sums_base, sums_width, vocab,
-                      SUB: tl.constexpr, NB_PAD: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr):
+                      SUB: tl.constexpr, NB_PAD: tl.constexpr, PIECE: tl.constexpr, HAS_Q: tl.constexpr,
+                      HAS_REJECTED: tl.constexpr):
     """The final token of each request (R,) int64 from its block sums (``_block_sums``):
     inverse-CDF of the quantised residual, else of the target row, else 0."""
     blocks = tl.arange(0, NB_PAD)
     in_sums = req_ok[:, None] & (blocks[None, :] < sums_width)
     at = sums_base[:, None] + blocks[None, :]
     # .cg: other programs wrote these; never serve them from this SM's L1.
-    p_sums = tl.load(sums_ptr + at, mask=in_sums, other=0, cache_modifier=".cg")
-    r_sums = tl.load(sums_ptr + at + sums_width, mask=in_sums, other=0, cache_modifier=".cg")
-    total_p = tl.sum(p_sums, axis=1)
-    total_r = tl.sum(r_sums, axis=1)
+    total_r = tl.sum(tl.load(sums_ptr + at + sums_width, mask=in_sums, other=0, cache_modifier=".cg"), axis=1)
     use_residual = total_r > 0
-    sums = tl.where(use_residual[:, None], r_sums, p_sums)
-    total = tl.where(use_residual, total_r, total_p)
+    # Only the row that is sampled is loaded again (half the live registers of keeping both).
+    sums = tl.load(sums_ptr + at + tl.where(use_residual, sums_width, 0)[:, None], mask=in_sums, other=0, cache_modifier=".cg")
+    total = tl.sum(sums, axis=1)
     threshold = (coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64)
     threshold = tl.minimum(threshold, total - 1)
     # The crossing block: the number of blocks whose inclusive running sum is <= threshold.
@@ -168,19 +167,23 @@ def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, us
     crossing = tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
     before = tl.sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), axis=1)
 
-    cols = crossing[:, None] * SUB + tl.arange(0, SUB)[None, :]
-    ok = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
-    p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols.to(tl.int64) * stride_pv, mask=ok, other=0.0))
-    values = _quantize(p)
-    if HAS_Q:
-        q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols.to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
-        diff = p - q
-        values = tl.where(use_residual[:, None], _quantize(tl.where(diff > 0, diff, 0.0)), values)
-    elif HAS_REJECTED:
-        hit = tl.sum(tl.where(cols[:, :, None] == rejected[:, None, :], 1, 0), axis=2) > 0
-        values = tl.where(use_residual[:, None] & hit, 0, values)
-    running = tl.cumsum(values, axis=1) + before[:, None]
-    index = crossing * SUB + tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
+    # The crossing block, in PIECE-wide pieces (the rejected-token comparison is PIECE x N_PAD).
+    index = crossing * SUB
+    for piece in tl.static_range(SUB // PIECE):
+        cols = crossing[:, None] * SUB + piece * PIECE + tl.arange(0, PIECE)[None, :]
+        ok = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
+        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols.to(tl.int64) * stride_pv, mask=ok, other=0.0))
+        values = _quantize(p)
+        if HAS_Q:
+            q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols.to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
+            diff = p - q
+            values = tl.where(use_residual[:, None], _quantize(tl.where(diff > 0, diff, 0.0)), values)
+        elif HAS_REJECTED:
+            hit = tl.sum(tl.where(cols[:, :, None] == rejected[:, None, :], 1, 0), axis=2) > 0
+            values = tl.where(use_residual[:, None] & hit, 0, values)
+        running = tl.cumsum(values, axis=1) + before[:, None]
+        index += tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
+        before += tl.sum(values, axis=1)
     return tl.where(total > 0, index, 0).to(tl.int64)
 
 
@@ -329,6 +332,7 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
         accept = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], block_base[:, None] + chosen[:, None], accept)
 
     rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
+    PIECE: tl.constexpr = SUB if SUB * N_PAD <= 2048 else 2048 // N_PAD  # bounds the final block's token comparison
     last_row = request_rows + last.to(tl.int64) * stride_pn
     sums_base = req.to(tl.int64) * (2 * sums_width)
     first_tile = tl.program_id(1) * tiles_per_chunk
@@ -338,7 +342,7 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
     if _finishing(counter_ptr, req, req_ok, SPLIT):
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
         final = _sample_from_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens,
-                                  final_coin, sums_ptr, sums_base, sums_width, vocab, SUB, NB_PAD, False, True)
+                                  final_coin, sums_ptr, sums_base, sums_width, vocab, SUB, NB_PAD, PIECE, False, True)
         next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
         predict = tl.where(on_path != 0, next_tokens, -1)
         _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
@@ -400,7 +404,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     if _finishing(counter_ptr, req, req_ok, SPLIT):
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
         final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, no_tokens,
-                                  final_coin, sums_ptr, sums_base, sums_width, vocab, SUB, NB_PAD, True, False)
+                                  final_coin, sums_ptr, sums_base, sums_width, vocab, SUB, NB_PAD, SUB, True, False)
         nodes = steps + 1
         node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
         predict = tl.where(lanes[None, :] < num_correct[:, None], drafts, tl.where(lanes[None, :] == num_correct[:, None], final[:, None], -1))
@@ -494,8 +498,7 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
                               tiles_per_chunk=triton.cdiv(num_tiles, 2))
     sub = 128
     programs = 2 * target.multiprocessors
-    tile_v = 4096 if bs * triton.cdiv(vocab, 4096) >= programs else 2048
-    tile_v = min(tile_v, max(triton.next_power_of_2(max(vocab, 1)), sub))
+    tile_v = min(2048, max(triton.next_power_of_2(max(vocab, 1)), sub))  # 16 fp32 per thread
     num_tiles = triton.cdiv(max(vocab, 1), tile_v)
     chunks = max(1, min(num_tiles, triton.cdiv(programs, max(bs, 1))))
     return SamplingLaunch(requests=1, warps=target.warps(128), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
@@ -645,7 +648,7 @@ PROVIDERS = {
 _LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
 # (bs, N, V, S): production shapes, an odd tiny one, and the conformance case whose runtime
 # specialisation (unit vocabulary stride, V and row stride multiples of 16) once failed to lower.
-_SHAPES = ((1, 4, 32000, 3), (64, 8, 151936, 5), (256, 32, 151936, 5), (3, 6, 8, 5), (4, 8, 16, 3))
+_SHAPES = ((1, 4, 32000, 3), (64, 8, 151936, 5), (256, 32, 151936, 5), (3, 6, 8, 5), (4, 8, 16, 3), (1, 64, 151936, 6))
 
 
 def compile_specs(target: KernelTarget):
