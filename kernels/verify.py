@@ -481,6 +481,15 @@ def walk_launch(target: KernelTarget, bs: int, nodes: int) -> WalkLaunch:
     return WalkLaunch(requests=1, warps=1)
 
 
+def chain_launch(target: KernelTarget, bs: int, width: int, tiles: int) -> WalkLaunch:
+    """The chain prefix match holds a (width, tiles) matrix of tile maxima: about 8 per thread,
+    up to 256 threads (wave64 on AMD counts as 64)."""
+    walk = walk_launch(target, bs, width)
+    if target.vendor == "interpreter":
+        return walk
+    return WalkLaunch(requests=walk.requests, warps=target.warps(min(256, max(target.warp_size, _pow2(width) * _pow2(tiles) // 8))))
+
+
 def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> SamplingLaunch:
     """128 threads per program (4 warps, 2 wave64 warps on AMD: the walk's per-step reductions
     stay short); the vocabulary is split into chunks until the grid has about two programs per
@@ -603,7 +612,7 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, out:
     if bs == 0:
         return out[0], out[1]
     ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target)
-    config = walk_launch(target, bs, width)
+    config = chain_launch(target, bs, width, num_tiles)
     _chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
         candidates.contiguous(), ids, tile_max, tile_id, num_tiles, out[0], out[1], bs, width,
         BLOCK_R=config.requests, B_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, num_warps=config.warps,
@@ -685,7 +694,8 @@ def compile_specs(target: KernelTarget):
                 {"cand_ptr": "*i64", "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
                  "num_correct_ptr": "*i32", "bonus_ptr": "*i64", "bs": "i32", "width": "i32", "BLOCK_R": "constexpr",
                  "B_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
-                {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits}, walk.warps,
+                {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits},
+                chain_launch(target, bs, nodes, tiles).warps,
                 num_tiles=tiles, bs=bs, width=nodes)
         sampling = sampling_launch(target, bs, nodes, vocab)
         final = {"sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32"}
