@@ -171,15 +171,19 @@ def _groups(caches) -> list:
 def move_launch(target: KernelTarget, row_length: int, element_size: int) -> tuple[int, int, int]:
     """(BLOCK columns, CHUNK moves, warps) of ``_move_rows_kernel``.
 
-    GPU: 512-byte column tiles (coalesced 16-byte accesses from every thread), 32 moves per
-    chunk, so 16 KiB are in flight per program between barriers. Interpreter: whole rows and
-    big chunks (few Python-level programs and iterations).
+    GPU: 128-byte column tiles (one cache line per move and program, so a 2 KiB row is 16
+    programs per cache and the grid holds enough programs to keep every SM's loads in flight),
+    64 moves per chunk, at most 16 elements a thread. Interpreter: whole rows and big chunks (few Python-level programs and
+    iterations).
     """
     if target.vendor == "interpreter":
         return max(triton.next_power_of_2(row_length), 16), 256, 1
-    block = min(max(triton.next_power_of_2(row_length), 16), 512 // element_size)
-    chunk = 32
-    warps = max(1, min(8, chunk * block * element_size // (16 * target.warp_size * 8)))  # 8 vectors a thread
+    block = min(max(triton.next_power_of_2(row_length), 16), (64 if target.vendor == "amd" else 128) // element_size)
+    chunk = 64
+    # At most 16 elements a thread: a launch with misaligned pointers cannot vectorise, and each
+    # element then carries its own 64-bit address.
+    per_thread = 8 if target.vendor == "amd" and element_size == 1 else 16  # AMD spills on 16 bytes loaded one by one
+    warps = target.warps(min(512, max(target.warp_size, chunk * block // per_thread)))
     return block, chunk, warps
 
 

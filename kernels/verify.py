@@ -491,8 +491,8 @@ def chain_launch(target: KernelTarget, bs: int, width: int, tiles: int) -> WalkL
 
 
 def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> SamplingLaunch:
-    """128 threads per program (4 warps, 2 wave64 warps on AMD: the walk's per-step reductions
-    stay short); the vocabulary is split into chunks until the grid has about two programs per
+    """128 threads per program on NVIDIA (4 warps: the walk's per-step reductions stay short), 256
+    on AMD (4 wave64 warps); the vocabulary is split into chunks until the grid has about two programs per
     SM/CU, so bs = 1 reads its row with dozens of programs. The interpreter uses 2 chunks whenever
     the row has 2 tiles (the split path is what the conformance suite checks there too) and keeps
     every tensor under its 2^20-element cap."""
@@ -510,7 +510,8 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
     tile_v = min(2048, max(triton.next_power_of_2(max(vocab, 1)), sub))  # 16 fp32 per thread
     num_tiles = triton.cdiv(max(vocab, 1), tile_v)
     chunks = max(1, min(num_tiles, triton.cdiv(programs, max(bs, 1))))
-    return SamplingLaunch(requests=1, warps=target.warps(128), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
+    threads = 256 if target.vendor == "amd" else 128  # AMD: 16 strided loads a thread spill at 128
+    return SamplingLaunch(requests=1, warps=target.warps(threads), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
                           tiles_per_chunk=triton.cdiv(num_tiles, chunks))
 
 
