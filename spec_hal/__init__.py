@@ -55,6 +55,8 @@ _LAZY = {
     "run_draft": ("spec_hal.draft_loop", "run_draft"),
     "draft_step": ("spec_hal.draft_loop", "draft_step"),
     "DraftGraphs": ("spec_hal.draft_loop", "DraftGraphs"),
+    "warmup": ("spec_hal.warmstart", "warmup"),
+    "register_torch_ops": ("spec_hal.torch_library", "register"),
 }
 
 __all__ = [
@@ -84,22 +86,31 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    """Lazy exports and ops, each resolved once: the result is stored in the module's globals, so
+    later ``spec_hal.<name>`` lookups never reach this function (no import machinery per call)."""
     import importlib
-    import importlib.util
 
     if name in _LAZY:
         module, attribute = _LAZY[name]
-        return getattr(importlib.import_module(module), attribute)
-    if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = globals()[name] = getattr(importlib.import_module(module), attribute)
+        return value
+    if name.startswith("_") or _is_submodule(name):
         # A submodule not imported yet: let the import system load it (``from spec_hal import
         # tree`` asks here first, and must not trigger the import of every family).
         raise AttributeError(name)
     from .ops import dispatcher
-    from .registry import all_ops
+    from .registry import op_names
 
-    if name in all_ops():
-        return dispatcher(name)
+    if name in op_names():
+        value = globals()[name] = dispatcher(name)
+        return value
     raise AttributeError(f"module 'spec_hal' has no attribute {name!r}")
+
+
+def _is_submodule(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(f"{__name__}.{name}") is not None
 
 
 def __dir__():

@@ -1,4 +1,4 @@
-"""The ``spec-hal`` command: ``demo``, ``info``, ``conformance``, ``compile-matrix``."""
+"""The ``spec-hal`` command: ``demo``, ``warmup``, ``info``, ``conformance``, ``compile-matrix``, ``bench``."""
 from __future__ import annotations
 
 import argparse
@@ -51,8 +51,21 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _warmup(args: argparse.Namespace) -> int:
+    from .warmstart import run_warmup
+
+    return run_warmup(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    return run_bench(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .demo import add_arguments as add_demo_arguments
+    from .warmstart import add_arguments as add_warmup_arguments
 
     parser = argparse.ArgumentParser(prog="spec-hal", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -60,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="speculative decoding end to end with a small model pair, on this machine's backend")
     add_demo_arguments(demo)
     demo.set_defaults(run=_demo)
+
+    warmup = commands.add_parser("warmup", help="compile the kernels for the given serving sizes ahead of time, and report them")
+    add_warmup_arguments(warmup)
+    warmup.set_defaults(run=_warmup)
 
     info = commands.add_parser("info", help="what backend this machine gets, and why")
     info.add_argument("--backend", help="explain this backend instead of the auto-selected one")
@@ -89,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--known-issues", metavar="FILE",
                         help="TOML manifest of expected failures (ci/xfail/compile-matrix.toml); stale entries exit 6")
     matrix.set_defaults(run=_compile_matrix)
+
+    from .bench import add_arguments as add_bench_arguments
+
+    bench = commands.add_parser("bench", help="benchmark the selected backend; tables, JSON and markdown for a vendor's CI")
+    add_bench_arguments(bench)
+    bench.set_defaults(run=_bench)
     return parser
 
 

@@ -19,7 +19,6 @@ Preconditions (verified only when ``SPEC_HAL_CHECKS=1``, since they need the val
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
@@ -36,7 +35,7 @@ COMPACT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64,
 
 def value_checks_enabled() -> bool:
     """True when ``SPEC_HAL_CHECKS=1``: run the value checks that need a host sync."""
-    return os.environ.get("SPEC_HAL_CHECKS") == "1"
+    return checks.value_checks_enabled()
 
 
 def check_verdict(name: str, verdict: object) -> Verdict:
@@ -85,7 +84,11 @@ def check_bonus_tokens(verdict, *, out=None) -> None:
     check_single_out(out, (verdict.batch_size,), verdict.predict.dtype, verdict.device)
 
 
-@register_op("bonus_tokens", family="compaction", check=check_bonus_tokens)
+def fake_bonus_tokens(verdict, *, out=None) -> torch.Tensor:
+    return verdict.predict.new_empty((verdict.accept_index.shape[0],))
+
+
+@register_op("bonus_tokens", family="compaction", check=check_bonus_tokens, fake=fake_bonus_tokens)
 def bonus_tokens(verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The last emitted token of each request: the root of its next tree (P12).
 
@@ -118,7 +121,11 @@ def check_compact_accepted(x, verdict, *, out=None) -> None:
             raise InvalidInput("out", "a buffer other than x (compaction reads rows it overwrites)", "x itself")
 
 
-@register_op("compact_accepted", family="compaction", check=check_compact_accepted)
+def fake_compact_accepted(x, verdict, *, out=None) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@register_op("compact_accepted", family="compaction", check=check_compact_accepted, fake=fake_compact_accepted)
 def compact_accepted(x: torch.Tensor, verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Move each request's accepted path to the front of its block of rows (P14).
 

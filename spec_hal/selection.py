@@ -147,11 +147,14 @@ def backend_for_device(device: torch.device) -> Backend:
 
 
 def reset() -> None:
-    """Forget built backends, plugin discovery and probe results (for tests)."""
+    """Forget built backends, the ops' per-device caches, plugin discovery and probe results
+    (for tests, or after changing ``SPEC_HAL_BACKEND`` in a running process)."""
     global _plugins
     from .capabilities import reset_probe_cache
+    from .ops import reset_caches
 
     with _lock:
+        reset_caches()
         _backends.clear()
         _plugins = None
         _plugin_errors.clear()

@@ -267,7 +267,33 @@ def target_tokens(target_predict: torch.Tensor, bs: int, nodes: int) -> torch.Te
 # ops
 
 
-@register_op("verify_greedy", family="verify", check=check_verify_greedy)
+def fake_verdict(like: torch.Tensor, bs, nodes, width) -> Verdict:
+    """A Verdict of empty int32 tensors shaped for bs requests of N nodes and accept width S+1."""
+    return Verdict(like.new_empty((bs * nodes,), dtype=torch.int32), like.new_empty((bs, width), dtype=torch.int32),
+                   like.new_empty((bs,), dtype=torch.int32), like.new_empty((bs,), dtype=torch.int32))
+
+
+def fake_verify_greedy(tree, candidates, target_predict, *, out=None) -> Verdict:
+    bs, nodes = candidates.shape
+    return fake_verdict(candidates, bs, nodes, tree.num_steps + 1)
+
+
+def fake_verify_sampling(tree, candidates, target_probs, coins, final_coins, *, threshold_single=1.0, threshold_acc=1.0, out=None) -> Verdict:
+    bs, nodes = candidates.shape
+    return fake_verdict(candidates, bs, nodes, tree.num_steps + 1)
+
+
+def fake_verify_chain(candidates, target_predict, *, out=None):
+    bs = candidates.shape[0]
+    return candidates.new_empty((bs,), dtype=torch.int32), candidates.new_empty((bs,), dtype=torch.int64)
+
+
+def fake_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, out=None) -> Verdict:
+    bs, steps = draft_ids.shape
+    return fake_verdict(draft_ids, bs, steps + 1, steps + 1)
+
+
+@register_op("verify_greedy", family="verify", check=check_verify_greedy, fake=fake_verify_greedy)
 def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: torch.Tensor, *, out: Optional[Verdict] = None) -> Verdict:
     """Greedy tree verification (P6): accept the longest path whose tokens equal the target's.
 
@@ -297,7 +323,7 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
     return _verdict(path, num_correct, predicted, nodes, out)
 
 
-@register_op("verify_sampling", family="verify", check=check_verify_sampling)
+@register_op("verify_sampling", family="verify", check=check_verify_sampling, fake=fake_verify_sampling)
 def verify_sampling(
     tree: DraftTree,
     candidates: torch.Tensor,
@@ -379,7 +405,7 @@ def _next_tokens(path: torch.Tensor, cand: torch.Tensor, last: torch.Tensor, fin
     return next_tokens
 
 
-@register_op("verify_chain", family="verify", check=check_verify_chain)
+@register_op("verify_chain", family="verify", check=check_verify_chain, fake=fake_verify_chain)
 def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, out: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """DFlash greedy chain verify (P20): longest prefix with ``candidates[:, 1:] == target[:, :-1]``.
 
@@ -404,7 +430,7 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, out:
     return out[0], out[1]
 
 
-@register_op("verify_chain_sampling", family="verify", check=check_verify_chain_sampling)
+@register_op("verify_chain_sampling", family="verify", check=check_verify_chain_sampling, fake=fake_verify_chain_sampling)
 def verify_chain_sampling(
     draft_ids: torch.Tensor,
     draft_probs: torch.Tensor,
