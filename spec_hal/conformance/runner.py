@@ -35,7 +35,21 @@ def pytest_arguments(
 
 
 def run_conformance(**options) -> int:
-    """Run the suite in this process; returns the exit code of DESIGN.md §5."""
+    """Run the suite in this process; returns the exit code (the table in spec_hal/cli.py)."""
     import pytest
 
     return int(pytest.main(pytest_arguments(**options)))
+
+
+def backend_unavailable_reason(name: Optional[str]) -> Optional[str]:
+    """Why the backend the suite would test cannot load here (None when it can), found before
+    pytest collects anything so that ``--backend nope`` fails in a second, not after collection."""
+    from ..errors import BackendUnavailable
+    from ..selection import available_backends, choose
+
+    try:
+        chosen = choose(name).name
+    except BackendUnavailable as exc:
+        return str(exc)
+    reason = available_backends().get(chosen, f"unknown backend {chosen!r}")
+    return None if reason is None else f"backend {chosen!r} could not load: {reason}"
