@@ -27,8 +27,8 @@ def _map_source_checkout_subpackages() -> None:
         folder = os.path.join(root, name)
         if f"{__name__}.{name}" in sys.modules or not os.path.isfile(os.path.join(folder, "__init__.py")):
             continue
-        if importlib.util.find_spec(f"{__name__}.{name}") is not None:
-            continue
+        # No find_spec() shortcut: an editable install of another checkout maps these names to
+        # that checkout's folders, and its kernels would run under this checkout's spec_hal.
         spec = importlib.util.spec_from_file_location(
             f"{__name__}.{name}", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
         )

@@ -1,4 +1,4 @@
-"""`spec-hal conformance`: exit codes, JSON report, xfail manifests (DESIGN.md §5)."""
+"""`spec-hal conformance`: exit codes, JSON report, xfail manifests (docs/architecture.md §5)."""
 import json
 import os
 import subprocess

@@ -10,7 +10,7 @@ and the demo.
 * :class:`SpeculativeEngine` / :class:`EngineConfig` (``spec_hal.testing.engine``): the
   speculative-decoding loop made of spec_hal ops, over a paged KV cache.
 
-Draft models follow the ``run_draft`` interface (DESIGN.md §4):
+Draft models follow the ``run_draft`` interface (docs/architecture.md §4):
 ``model(input_ids, positions, hidden, step) -> (logits, hidden)``.
 """
 from .engine import EngineConfig, Generation, SpeculativeEngine
