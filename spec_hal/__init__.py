@@ -4,6 +4,10 @@
 functions (``spec_hal.draft_topk(...)``) that run on the backend for their tensors' device;
 ``spec_hal.get_backend(name)`` returns one backend to call explicitly; ``spec_hal.explain()`` says
 what was found and which provider runs each op.
+
+The types the ops take and return (``DraftTree``, ``Verdict``, ``TreeRecord``, ``Expansion``,
+``DraftState``, ``DraftResult``, ``DraftSlots``, ``MambaCommit``) and ``MAX_TOPK`` are exported
+here. Semantics: docs/semantics.md; shapes and dtypes side by side: docs/conventions.md.
 """
 from __future__ import annotations
 
@@ -55,6 +59,17 @@ _LAZY = {
     "run_draft": ("spec_hal.draft_loop", "run_draft"),
     "draft_step": ("spec_hal.draft_loop", "draft_step"),
     "DraftGraphs": ("spec_hal.draft_loop", "DraftGraphs"),
+    # The types ops take and return, and their limits (docs/conventions.md).
+    "DraftTree": ("spec_hal.types", "DraftTree"),
+    "Verdict": ("spec_hal.types", "Verdict"),
+    "TreeRecord": ("spec_hal.types", "TreeRecord"),
+    "Expansion": ("spec_hal.types", "Expansion"),
+    "DraftState": ("spec_hal.types", "DraftState"),
+    "DraftResult": ("spec_hal.types", "DraftResult"),
+    "DraftSlots": ("spec_hal.kv", "DraftSlots"),
+    "MambaCommit": ("spec_hal.mamba", "MambaCommit"),
+    "GraphSupport": ("spec_hal.capabilities", "GraphSupport"),
+    "MAX_TOPK": ("spec_hal.topk", "MAX_TOPK"),
 }
 
 __all__ = [
@@ -89,7 +104,11 @@ def __getattr__(name: str):
 
     if name in _LAZY:
         module, attribute = _LAZY[name]
-        return getattr(importlib.import_module(module), attribute)
+        value = getattr(importlib.import_module(module), attribute)
+        # Cached: importing spec_hal.explain binds the *module* to spec_hal.explain, which would
+        # otherwise shadow the function from the second access on.
+        globals()[name] = value
+        return value
     if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
         # A submodule not imported yet: let the import system load it (``from spec_hal import
         # tree`` asks here first, and must not trigger the import of every family).
