@@ -371,7 +371,10 @@ def compile_job(job: CompileJob) -> KernelResources:
     try:
         kernel, signature, constexprs, num_warps, attrs, options = _spec_parts(_specs(job.module, job.arch)[job.spec_index])
         source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs or None)
-        compiled = triton.compile(source, target=target, options={"num_warps": num_warps, **options})
+        from spec_hal.kernels.launch import FP_FUSION
+
+        compiled = triton.compile(source, target=target,
+                                  options={"num_warps": num_warps, "enable_fp_fusion": FP_FUSION, **options})
         result.shared_bytes = int(compiled.metadata.shared)
         if target.backend == "cuda":
             usage = cubin_resources(compiled.asm["cubin"])

@@ -51,3 +51,17 @@ def test_error_messages_name_types_users_can_import():
         assert spec_hal.DraftTree is types.DraftTree
     else:
         raise AssertionError("verify_greedy accepted a tree that is not a DraftTree")
+
+
+def test_the_cpu_backend_never_imports_triton():
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, spec_hal\\n"
+            "spec_hal.draft_topk(torch.randn(2, 10), 2)\\n"
+            "assert spec_hal.probe('cpu').triton_version is None or 'triton' not in sys.modules\\n"
+            "spec_hal.explain('cpu')\\n"
+            "assert 'triton' not in sys.modules, 'the cpu path imported triton'\\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**__import__("os").environ, "SPEC_HAL_BACKEND": "cpu"})
+    assert result.returncode == 0, result.stderr
