@@ -355,6 +355,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"spec-hal {row.name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `spec-hal info | head`: the reader left; nothing more to say
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":
