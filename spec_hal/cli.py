@@ -1,4 +1,4 @@
-"""The ``spec-hal`` command line.
+"""The ``spec-hal`` command line: ``demo``, ``info``, ``conformance``, ``compile-matrix``, ``bench``.
 
 Subcommands are rows of :data:`COMMANDS`: a name, one line of help, the function that adds the
 subcommand's options and the function that runs it, both named as ``"module:function"`` and
@@ -303,6 +303,8 @@ COMMANDS = (
             "spec_hal.cli:run_conformance", passthrough=True),
     Command("compile-matrix", "compile every Triton kernel for GPU targets, without a GPU",
             "spec_hal.cli:add_compile_matrix_arguments", "spec_hal.cli:run_compile_matrix"),
+    Command("bench", "benchmark the selected backend; tables, JSON and markdown for a vendor's CI",
+            "spec_hal.bench:add_arguments", "spec_hal.bench:run_bench"),
 )
 
 

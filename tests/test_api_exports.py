@@ -2,6 +2,7 @@
 ``spec_hal`` and appear in ``help(spec_hal)``."""
 from __future__ import annotations
 
+import os
 import pydoc
 
 import spec_hal
@@ -57,11 +58,11 @@ def test_the_cpu_backend_never_imports_triton():
     import subprocess
     import sys
 
-    code = ("import sys, torch, spec_hal\\n"
-            "spec_hal.draft_topk(torch.randn(2, 10), 2)\\n"
-            "assert spec_hal.probe('cpu').triton_version is None or 'triton' not in sys.modules\\n"
-            "spec_hal.explain('cpu')\\n"
-            "assert 'triton' not in sys.modules, 'the cpu path imported triton'\\n")
+    code = ("import sys, torch, spec_hal\n"
+            "spec_hal.draft_topk(torch.randn(2, 10), 2)\n"
+            "assert spec_hal.probe('cpu').triton_version is None or 'triton' not in sys.modules\n"
+            "spec_hal.explain('cpu')\n"
+            "assert 'triton' not in sys.modules, 'the cpu path imported triton'\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                            env={**__import__("os").environ, "SPEC_HAL_BACKEND": "cpu"})
+                            env={**os.environ, "SPEC_HAL_BACKEND": "cpu"})
     assert result.returncode == 0, result.stderr

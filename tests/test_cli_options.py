@@ -47,6 +47,15 @@ BAD_VALUES = {
     ("compile-matrix", "--timeout"): ["0", "-1", "nan", HUGE],
     ("compile-matrix", "--known-issues"): [],
     ("compile-matrix", "--strict"): [],
+    ("bench", "--backend"): [],
+    ("bench", "--sizes"): ["", "huge", "0"],
+    ("bench", "--only"): ["nosuchsuite", ""],
+    ("bench", "--no-compile"): [],
+    ("bench", "--compile-slow"): [],
+    ("bench", "--json"): [],
+    ("bench", "--markdown"): [],
+    ("bench", "--quiet"): [],
+    ("demo", "--preset"): ["70b", "", "0"],
 }
 
 # Failures found after parsing (cross-option bounds, backends): (argv, exit code, text in the line).
@@ -59,6 +68,8 @@ LATER_FAILURES = [
     (["info", "--backend", "nope"], 3, "nope"),
     (["info", "--simulate", "mi300x", "--backend", "cuda"], 3, "cuda"),
     (["conformance", "--backend", "nope"], 3, "nope"),
+    (["bench", "--backend", "nope"], 3, "nope"),
+    (["demo", "--preset", "8b", "--backend", "cpu"], 2, "--preset"),
     (["compile-matrix", "--strict", "--known-issues", "x.toml"], 2, "--strict"),
     (["compile-matrix", "--known-issues", "no/such/file.toml"], 2, "--known-issues"),
     (["compile-matrix", "extra"], 2, "extra"),
