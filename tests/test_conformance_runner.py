@@ -5,6 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Each case runs the CLI end to end (a suite collection each): minutes; `make test-quick` runs the
+# conformance lanes through the same CLI instead.
+pytestmark = pytest.mark.slow
+
 
 def conformance(*args, env_extra=None, cwd=None):
     env = dict(os.environ)
