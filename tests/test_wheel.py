@@ -56,7 +56,13 @@ def test_wheel_declares_pytest_a_core_dependency_and_ships_the_manifest(installe
         metadata = next(name for name in archive.namelist() if name.endswith("METADATA"))
         requires = [line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
         assert any(line.startswith("Requires-Dist: pytest") and "extra" not in line for line in requires), requires
-        assert "spec_hal/known_issues/compile-matrix.toml" in archive.namelist()
+        names = archive.namelist()
+        assert "spec_hal/known_issues/compile-matrix.toml" in names
+    # Every package of the checkout is in the wheel (a subpackage missing from pyproject's list
+    # would import from a checkout and fail from the wheel).
+    packages = {path.parent.relative_to(ROOT).as_posix() for path in (ROOT / "spec_hal").rglob("__init__.py")}
+    shipped = {name.rsplit("/", 1)[0] for name in names if name.endswith("/__init__.py")}
+    assert packages <= shipped, sorted(packages - shipped)
 
 
 def test_installed_spec_hal_is_the_wheel(installed):
