@@ -20,7 +20,7 @@ setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh ""
 
 setup-test:
-	PYTHON=$(PYTHON) bash scripts/setup.sh "test,triton"
+	PYTHON=$(PYTHON) bash scripts/setup.sh "test,triton,examples"
 
 demo: setup
 	$(PY) -m spec_hal.cli demo

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set-up used by `make demo`, `make test` and `make test-quick`. Usage: scripts/setup.sh [EXTRAS]
-# (EXTRAS: "" for the demo, "test,triton" for the tests).
+# (EXTRAS: "" for the demo, "test,triton,examples" for the tests: examples = transformers, for
+# tests/test_examples.py).
 #
 # Where it installs: the active virtual environment if there is one ($VIRTUAL_ENV), else a
 # `.venv` in the checkout, which it creates (with --system-site-packages, so that a torch or

@@ -2,7 +2,7 @@
 
     spec-hal bench [--backend NAME] [--sizes quick|full] [--only SUITE ...] [--json FILE] [--markdown FILE]
 
-Suites (one module each, ``run(ctx) -> list[Table]``): ``topk``, ``verify``, ``kv``, ``tree``,
+Suites (one module each, ``run(ctx) -> list[Table]``): ``topk``, ``verify``, ``sampling``, ``kv``, ``tree``,
 ``mamba`` (device time per op: CUDA-graph replay and eager, share of the copy bandwidth measured
 in the same run, speed-ups over the torch reference and ``torch.compile`` of it), ``graphs`` and
 ``draft_step`` (draft loop eager vs replayed), ``host`` (host microseconds per eager call of
@@ -23,7 +23,7 @@ import importlib
 import sys
 import time
 
-SUITES = ("topk", "verify", "kv", "tree", "mamba", "graphs", "draft_step", "host", "coldstart", "compat")
+SUITES = ("topk", "verify", "sampling", "kv", "tree", "mamba", "graphs", "draft_step", "host", "coldstart", "compat")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
