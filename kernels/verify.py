@@ -541,6 +541,8 @@ def _argmax_tiles(logits: torch.Tensor, target: KernelTarget):
 def _target_source(target_predict: torch.Tensor, target: KernelTarget):
     """(ids or placeholder, tile_max, tile_id, num_tiles, from_logits) for the walk kernels."""
     if target_predict.dtype.is_floating_point:
+        if target_predict.dim() == 3:  # (bs, N, V) logits: the (bs*N, V) rows (a view when possible)
+            target_predict = target_predict.flatten(0, 1)
         tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target)
         return tile_max, tile_max, tile_id, num_tiles, True
     ids = target_predict.reshape(-1)

@@ -110,11 +110,21 @@ def bonus_tokens(verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> tor
     return out
 
 
+def batch_first(x: torch.Tensor, verdict: Verdict) -> bool:
+    """Whether ``x`` is node-indexed as (bs, N, ...) rather than (bs*N, ...) (both are accepted,
+    as verify_sampling accepts (bs, N, V) and (bs*N, V) probabilities; docs/conventions.md)."""
+    rows, total = verdict.accept_index.shape[0], verdict.predict.shape[0]
+    return x.dim() >= 2 and x.shape[0] != total and rows > 0 and tuple(x.shape[:2]) == (rows, total // rows)
+
+
 def check_compact_accepted(x, verdict, *, out=None) -> None:
     verdict = check_verdict("verdict", verdict)
     x = checks.tensor("x", x, dtypes=COMPACT_DTYPES, device=verdict.device)
-    if x.dim() < 1 or x.shape[0] != verdict.predict.shape[0]:
-        raise InvalidInput("x", f"a node-indexed tensor with bs*N = {verdict.predict.shape[0]} rows", f"shape {tuple(x.shape)}")
+    total, rows = verdict.predict.shape[0], verdict.accept_index.shape[0]
+    if x.dim() < 1 or (x.shape[0] != total and not batch_first(x, verdict)):
+        nodes = total // rows if rows else "N"
+        raise InvalidInput("x", f"a node-indexed tensor of shape ({total}, ...) or ({rows}, {nodes}, ...)",
+                           f"shape {tuple(x.shape)}")
     if out is not None:
         check_single_out(out, tuple(x.shape), x.dtype, verdict.device)
         if out.numel() and out.data_ptr() == x.data_ptr():
@@ -130,8 +140,9 @@ def compact_accepted(x: torch.Tensor, verdict: Verdict, *, out: Optional[torch.T
     """Move each request's accepted path to the front of its block of rows (P14).
 
     Args:
-        x: (bs*N, ...) node-indexed tensor of any float or integer dtype (predict (bs*N,) int32,
-            target hidden states (bs*N, H) bf16/fp32, ...); any strides.
+        x: (bs*N, ...) or (bs, N, ...) node-indexed tensor of any float or integer dtype
+            (predict (bs*N,) int32, target hidden states (bs*N, H) or (bs, N, H) bf16/fp32, ...);
+            any strides. The result has x's shape.
         verdict: the Verdict whose accept_index (bs, S+1) global node ids select the rows.
         out: optional contiguous buffer shaped and typed like x (not x itself).
 
@@ -139,6 +150,9 @@ def compact_accepted(x: torch.Tensor, verdict: Verdict, *, out: Optional[torch.T
         A tensor like x where rows ``b*N + r`` for ``r < accept_lens[b]`` hold
         ``x[accept_index[b, r]]`` (root, accepted drafts, in order) and every other row is x's.
     """
+    if batch_first(x, verdict):
+        flat_out = None if out is None else out.view(-1, *x.shape[2:])
+        return compact_accepted(x.flatten(0, 1), verdict, out=flat_out).view(x.shape)
     rows, width = verdict.accept_index.shape
     result = x.clone(memory_format=torch.contiguous_format) if out is None else out.copy_(x)
     if rows == 0:

@@ -224,11 +224,11 @@ def check_build_tree(roots, parents, selected, draft_tokens, seq_lens, *, topk, 
     bs = roots.shape[0]
     device = roots.device
     checks.integer("topk", topk, low=1, high=MAX_TREE_TOPK)
-    checks.tensor("parents", parents, ndim=2, dtypes=(torch.int64,), device=device, shape=(bs, None))
+    checks.tensor("parents", parents, ndim=2, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, None))
     parent_columns = parents.shape[1]
     if parent_columns > 1 and (parent_columns - 1) % topk != 0:
         raise InvalidInput("parents", f"K(S-1)+1 columns for topk={topk}", f"shape {tuple(parents.shape)}")
-    checks.tensor("selected", selected, ndim=2, dtypes=(torch.int64,), device=device, shape=(bs, None))
+    checks.tensor("selected", selected, ndim=2, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, None))
     num_steps = tree_num_steps(parent_columns, topk)
     candidates = _candidate_count(topk, num_steps)
     if selected.shape[1] > candidates:
@@ -377,8 +377,8 @@ def build_tree(
 
     Args:
         roots: (bs,) int32/int64 root token of each request (the last verify's bonus token).
-        parents: (bs, K(S-1)+1) int64, or (bs, 0) for S = 1 (``organize_draft``).
-        selected: (bs, N-1) int64 candidate-list indices of the draft nodes, ascending.
+        parents: (bs, K(S-1)+1) int32/int64, or (bs, 0) for S = 1 (``organize_draft`` returns int64).
+        selected: (bs, N-1) int32/int64 candidate-list indices of the draft nodes, ascending.
         draft_tokens: (bs, N-1) int32/int64 their tokens.
         seq_lens: (bs,) int32/int64 committed lengths; the root sits at position seq_len.
         topk: K.
@@ -392,6 +392,7 @@ def build_tree(
         :class:`~spec_hal.types.DraftTree`; S is derived from the width of ``parents``.
         Unreachable nodes (parent not selected) are skipped: see the module docstring.
     """
+    parents, selected = parents.long(), selected.long()  # int32 accepted (docs/conventions.md)
     bs, drafts = selected.shape
     num_nodes = drafts + 1
     num_steps = tree_num_steps(parents.shape[1], topk)

@@ -89,15 +89,17 @@ def _check_verdict_out(out, bs: int, nodes: int, width: int, device) -> None:
 
 
 def _check_target_predict(name: str, value, bs: int, nodes: int, device) -> None:
-    """Token ids (bs*N,) or (bs, N) int32/int64, or logits (bs*N, V) float."""
+    """Token ids (bs*N,) or (bs, N) int32/int64, or logits (bs*N, V) or (bs, N, V) float."""
     checks.tensor(name, value, device=device)
     if value.dtype in checks.INDEX_DTYPES:
         if tuple(value.shape) not in ((bs * nodes,), (bs, nodes)):
             raise checks.InvalidInput(name, f"token ids of shape ({bs * nodes},) or ({bs}, {nodes})", f"shape {tuple(value.shape)}")
         return
-    checks.tensor(name, value, ndim=2, dtypes=checks.FLOAT_DTYPES + checks.INDEX_DTYPES)
-    if value.shape[0] != bs * nodes or value.shape[1] == 0:
-        raise checks.InvalidInput(name, f"logits of shape ({bs * nodes}, V >= 1)", f"shape {tuple(value.shape)}")
+    checks.tensor(name, value, dtypes=checks.FLOAT_DTYPES + checks.INDEX_DTYPES)
+    rows_ok = (value.dim() == 2 and value.shape[0] == bs * nodes) or (value.dim() == 3 and tuple(value.shape[:2]) == (bs, nodes))
+    if not rows_ok or value.shape[-1] == 0:
+        raise checks.InvalidInput(name, f"logits of shape ({bs * nodes}, V) or ({bs}, {nodes}, V) with V >= 1",
+                                  f"shape {tuple(value.shape)}")
 
 
 def _check_probs(name: str, value, bs: int, rows: int, device) -> int:
@@ -259,7 +261,7 @@ def target_tokens(target_predict: torch.Tensor, bs: int, nodes: int) -> torch.Te
         # every family module).
         from .topk import sanitize_logits
 
-        return sanitize_logits(target_predict).argmax(dim=1).reshape(bs, nodes)
+        return sanitize_logits(target_predict).argmax(dim=-1).reshape(bs, nodes)
     return target_predict.reshape(bs, nodes).to(torch.int64)
 
 
@@ -301,7 +303,7 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
         tree: a DraftTree (retrieve_next_token / retrieve_next_sibling (bs, N), num_steps S).
         candidates: (bs, N) int32/int64 node tokens (``tree.tokens.view(bs, N)``).
         target_predict: the target's token per node, (bs*N,) or (bs, N) int32/int64; or the
-            target logits (bs*N, V) float32/bfloat16/float16/float64 (argmax fused: NaN as -inf,
+            target logits (bs*N, V) or (bs, N, V) float32/bfloat16/float16/float64 (argmax fused: NaN as -inf,
             ties to the lower id, ids in [0, V)).
         out: optional Verdict of contiguous int32 buffers to write.
 
