@@ -208,7 +208,7 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
     alive = req_ok
     on_path = tl.where(lanes[None, :] == 0, 1, tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32))
     accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
-    for level in range(1, num_steps + 1):
+    for level in range(1, tl.minimum(num_steps, nodes - 1) + 1):  # never more than N - 1 accepts
         wanted = _pick(target, last, lanes)
         cur = tl.where(alive, _link(_pick(next_token, last, lanes), nodes), -1)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
@@ -249,7 +249,7 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
     on_path = tl.where(lanes[None, :] == 0, 1, tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32))
     next_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
     accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
-    for level in range(1, num_steps + 1):
+    for level in range(1, tl.minimum(num_steps, nodes - 1) + 1):  # never more than N - 1 accepts
         cur = tl.where(alive, _link(_pick(next_token, last, lanes), nodes), -1)
         # The last node's row at every candidate token: one gathered load per level.
         row_base = request_rows + last.to(tl.int64) * stride_pn
@@ -420,7 +420,7 @@ def _target_source(target_predict: torch.Tensor, target: KernelTarget):
     if target_predict.dtype.is_floating_point:
         tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target)
         return tile_max, tile_max, tile_id, num_tiles, True
-    ids = target_predict.reshape(-1)
+    ids = target_predict.reshape(-1).contiguous()  # the walks index token ids with unit stride
     return ids, ids, ids, 1, False
 
 

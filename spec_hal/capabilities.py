@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import sys
 import re
 import threading
 from dataclasses import dataclass
@@ -249,6 +250,16 @@ def read_triton_facts(*, query_driver: bool) -> TritonFacts:
     """Find the installed Triton. Only with ``query_driver`` is the active GPU driver asked."""
     if importlib.util.find_spec("triton") is None:
         return TritonFacts(None, import_error="No module named 'triton'")
+    if not query_driver and "triton" not in sys.modules:
+        # Without a driver query the version is all we need. Importing Triton here would fix its
+        # interpret mode for the process (triton.language's @jit helpers are built at import), so
+        # a cpu probe would make the triton-interpret backend unusable later in the process.
+        try:
+            from importlib import metadata
+
+            return TritonFacts(metadata.version("triton"), active_backend=None)
+        except Exception:
+            pass
     try:
         import triton
     except Exception as exc:  # a broken install must not break spec_hal's import or probe
