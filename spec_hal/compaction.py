@@ -52,7 +52,7 @@ def check_verdict(name: str, verdict: object) -> Verdict:
     predict = checks.tensor(f"{name}.predict", verdict.predict, ndim=1, dtypes=checks.INDEX_DTYPES, device=device)
     checks.tensor(f"{name}.accept_lens", verdict.accept_lens, dtypes=checks.INDEX_DTYPES, device=device, shape=(rows,))
     checks.tensor(f"{name}.num_correct", verdict.num_correct, dtypes=checks.INDEX_DTYPES, device=device, shape=(rows,))
-    if rows and predict.shape[0] % rows:
+    if rows and (predict.shape[0] == 0 or predict.shape[0] % rows):
         raise InvalidInput(f"{name}.predict", f"bs*N rows (a multiple of bs = {rows})", f"shape {tuple(predict.shape)}")
     if value_checks_enabled() and rows:
         _check_verdict_values(name, verdict)
