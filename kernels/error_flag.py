@@ -15,7 +15,7 @@ import triton.language as tl
 @triton.jit
 def record_invalid(flag_ptr, code, invalid, index):
     value = code + index.to(tl.int64)
-    tl.atomic_min(flag_ptr + tl.zeros_like(index).to(tl.int64), value, mask=invalid)
+    tl.atomic_min(flag_ptr + tl.zeros_like(index).to(tl.int64), value, mask=invalid != 0)
 
 
 # code(op, FLAGGED[op][j]) == code(op, FLAGGED[op][0]) + j * ARGUMENT_STEP: kernels take the op's

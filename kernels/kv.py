@@ -79,12 +79,14 @@ def _draft_slots_kernel(table_ptr, table_stride_row, table_stride_col, table_wid
     pool_row = tl.load(pool_ptr + b * pool_stride).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b * seq_stride).to(tl.int64)
     # Rule: a pool row outside [0, R) or a negative seq_len makes every output of the request -1.
-    bad_row = (pool_row < 0) | (pool_row >= num_table_rows)
-    record_invalid(flag_ptr, flag_code, bad_row, b)
+    record_invalid(flag_ptr, flag_code, (pool_row < 0) | (pool_row >= num_table_rows), b)
     record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, seq_len < 0, b)
-    usable = (bad_row == 0) & (seq_len >= 0)
+    usable = (pool_row >= 0) & (pool_row < num_table_rows) & (seq_len >= 0)
     table_row = table_ptr + tl.where(usable, pool_row, 0) * table_stride_row
     seq_len = tl.where(usable, seq_len, 0)
+    # An unusable request sees a row of width 0 (a scalar bound, not a scalar-and-vector mask:
+    # the interpreter cannot broadcast a scalar bool into a vector mask).
+    width = tl.where(usable, table_width, 0)
     last_page = seq_len % PAGE
     prefix_base = seq_len - last_page
     lane_span = ((last_page + STEPS + PAGE - 1) // PAGE) * PAGE
@@ -92,7 +94,7 @@ def _draft_slots_kernel(table_ptr, table_stride_row, table_stride_col, table_wid
     index = tl.arange(0, SLOTS_PAD)
     lane = index // STEPS
     position = prefix_base + lane * lane_span + last_page + (index - lane * STEPS)
-    inside = (index < TOPK * STEPS) & (position < table_width) & usable
+    inside = (index < TOPK * STEPS) & (position < width)
     slot = tl.load(table_row + position * table_stride_col, mask=inside, other=-1)
     tl.store(out_cache_loc_ptr + b * (TOPK * STEPS) + index, slot, mask=index < TOPK * STEPS)
 
@@ -103,7 +105,7 @@ def _draft_slots_kernel(table_ptr, table_stride_row, table_stride_col, table_wid
         offset = hole - (hole_lane - 1) * (PAGE - 1)
         source_pos = prefix_base + offset
         dest_pos = prefix_base + hole_lane * lane_span + offset
-        copied = (hole < holes) & (offset < last_page) & (dest_pos < table_width) & (source_pos < table_width) & usable
+        copied = (hole < holes) & (offset < last_page) & (dest_pos < width) & (source_pos < width)
         source = tl.load(table_row + source_pos * table_stride_col, mask=copied, other=-1)
         destination = tl.load(table_row + dest_pos * table_stride_col, mask=copied, other=-1)
         both = copied & (source >= 0) & (destination >= 0)

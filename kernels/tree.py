@@ -115,7 +115,7 @@ def _build_tree_kernel(
         # A seq_lens_sum below sum(seq_lens) sizes the mask too small: drop what falls past it.
         inside = offset < mask_numel
         tl.store(mask_ptr + offset, in_mask.to(tl.uint8), mask=in_tree & inside)
-        overflow = tl.max(tl.max((in_tree & (inside == 0)).to(tl.int32), axis=1), axis=0) > 0
+        overflow = tl.max(tl.max((in_tree & (offset >= mask_numel)).to(tl.int32), axis=1), axis=0) > 0
         record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, overflow, request)
     else:
         bits = tl.sum(tl.where(in_mask & (col < N), tl.full((1, N_PAD), 1, tl.int64) << col.to(tl.int64), 0), axis=1)

@@ -52,6 +52,8 @@ _LAZY = {
     "get_backend": ("spec_hal.selection", "get_backend"),
     "available_backends": ("spec_hal.selection", "available_backends"),
     "explain": ("spec_hal.explain", "explain"),
+    "raise_pending_errors": ("spec_hal.error_flag", "raise_pending_errors"),
+    "pending_errors": ("spec_hal.error_flag", "pending_errors"),
     "Backend": ("spec_hal.backend", "Backend"),
     "GraphRunner": ("spec_hal.graphs", "GraphRunner"),
     "GraphCaptureWarning": ("spec_hal.graphs", "GraphCaptureWarning"),
