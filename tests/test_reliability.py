@@ -154,3 +154,22 @@ def test_short_long_run_has_flat_memory():
         sys.path.pop(0)
     report = long_run("cpu", rounds=60, slack_mb=32.0)
     assert report["rounds"] >= 60 and report["flat"], report["growth_mb"]
+
+
+def test_validation_gaps_name_the_callers_argument():
+    """#21: GraphRunner(fn=3) and run_draft with a vocabulary smaller than topk raise InvalidInput
+    naming the caller's argument (not TypeError, not draft_topk's inner ``k``)."""
+    import torch
+
+    import spec_hal
+    from spec_hal.types import DraftState
+
+    with pytest.raises(spec_hal.InvalidInput) as raised:
+        spec_hal.GraphRunner(3, inputs={"x": torch.zeros(2)}, batch_sizes=[2])
+    assert raised.value.argument == "fn"
+    state = DraftState(probs=torch.rand(2, 4), ids=torch.randint(0, 3, (2, 4)), roots=torch.zeros(2, dtype=torch.int64),
+                       positions=torch.zeros(2, dtype=torch.int64), hidden=None)
+    with pytest.raises(spec_hal.InvalidInput) as raised:
+        spec_hal.run_draft(lambda ids, positions, hidden, step: (torch.randn(ids.shape[0], 3), None), state, steps=3, topk=4,
+                           backend=spec_hal.get_backend("cpu"))
+    assert raised.value.argument == "topk"
