@@ -1,6 +1,6 @@
 """Reliability outside single op calls (issue #20): backends in any order in one process, 8
 threads at once (first use and steady state), two processes sharing an empty Triton cache, the
-error flag, and a short version of the long engine run (benchmarks/long_run.py)."""
+error flag, and a short version of the long engine run (scripts/long_run.py)."""
 from __future__ import annotations
 
 import os
@@ -147,7 +147,7 @@ def test_error_flag_keeps_the_smallest_record_and_clears(monkeypatch):
 
 
 def test_short_long_run_has_flat_memory():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "scripts"))
     try:
         from long_run import long_run
     finally:

@@ -6,8 +6,8 @@ generation. Memory is flat when the last samples do not exceed the samples after
 (the first 10 % of rounds: allocator pools, Triton caches and graphs fill there) by more than
 ``--slack-mb``. Prints one JSON object; exit status 1 when memory grew.
 
-    PYTHONPATH=. python benchmarks/long_run.py --backend cpu --rounds 2000
-    PYTHONPATH=. python benchmarks/long_run.py --backend cuda --rounds 2000 --graphs --json $OUT/long_run_cuda.json
+    PYTHONPATH=. python scripts/long_run.py --backend cpu --rounds 2000
+    PYTHONPATH=. python scripts/long_run.py --backend cuda --rounds 2000 --graphs --json $OUT/long_run_cuda.json
 """
 from __future__ import annotations
 
