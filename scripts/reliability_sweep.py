@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import sys
 import time
 
@@ -79,6 +80,7 @@ def main() -> int:
     report = sweep(args.backend, args.ops)
     report["seconds"] = round(time.time() - started, 1)
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=1)
     failed = [row for row in report["rows"] if not row["ok"]]
