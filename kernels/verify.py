@@ -245,7 +245,7 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
         else:
             wanted = tl.load(target_ptr + node, mask=standing, other=-1).to(tl.int64)
         predict = tl.where((lanes[None, :] == last[:, None]) & standing[:, None], wanted[:, None], predict)
-        descend = standing & (level < num_steps)
+        descend = standing & (level < num_steps) & (level < nodes - 1)  # never more than N - 1 accepts
         cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
         scanned = tl.zeros([BLOCK_R], dtype=tl.int32)
@@ -298,7 +298,7 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
     level = tl.zeros([BLOCK_R], dtype=tl.int32)
     while tl.max(standing.to(tl.int32), axis=0) > 0:
         node = block_base + last
-        descend = standing & (level < num_steps)
+        descend = standing & (level < num_steps) & (level < nodes - 1)  # never more than N - 1 accepts
         rejected = tl.where(standing[:, None], 0, rejected)
         rejected_q = tl.where(standing[:, None], 0, rejected_q)
         coin = _sanitize_coins(tl.load(coins_ptr + node, mask=descend, other=0.0))
@@ -545,7 +545,7 @@ def _target_source(target_predict: torch.Tensor, target: KernelTarget):
             target_predict = target_predict.flatten(0, 1)
         tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target)
         return tile_max, tile_max, tile_id, num_tiles, True
-    ids = target_predict.reshape(-1)
+    ids = target_predict.reshape(-1).contiguous()  # the walks index token ids with unit stride
     return ids, ids, ids, 1, False
 
 
