@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from spec_hal.compaction import batch_first
+
 from .launch import KernelTarget
 
 
@@ -25,7 +27,8 @@ def _bonus_tokens_kernel(predict_ptr, predict_stride, accept_index_ptr, index_st
     length = tl.load(accept_lens_ptr + b.to(tl.int64) * lens_stride, mask=in_batch, other=1).to(tl.int64)
     in_width = in_batch & (length >= 1) & (length <= width)
     node = tl.load(accept_index_ptr + b.to(tl.int64) * index_stride_row + (length - 1) * index_stride_col, mask=in_width, other=0).to(tl.int64)
-    in_range = in_width & (node >= 0) & (node < num_predict)
+    nodes = num_predict // rows
+    in_range = in_width & (node >= b.to(tl.int64) * nodes) & (node < (b.to(tl.int64) + 1) * nodes)  # own block only
     token = tl.load(predict_ptr + node * predict_stride, mask=in_range, other=-1)
     tl.store(out_ptr + b, token, mask=in_batch)
 
@@ -42,7 +45,7 @@ def _compact_rows_kernel(x_ptr, x_stride, out_ptr, accept_index_ptr, index_strid
     on_path = in_rows & (rank < length) & (rank < width)
     # Ranks past the path (or past the accept width) never read accept_index: bug 4b's OOB read.
     source = tl.load(accept_index_ptr + b * index_stride_row + rank * index_stride_col, mask=on_path, other=0).to(tl.int64)
-    source = tl.where(on_path & (source >= 0) & (source < total_rows), source, row)
+    source = tl.where(on_path & (source >= b * num_nodes) & (source < (b + 1) * num_nodes), source, row)  # own block only
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = in_rows[:, None] & (cols < columns)[None, :]
     values = tl.load(x_ptr + source[:, None] * x_stride + cols[None, :], mask=mask)
@@ -90,6 +93,9 @@ def _as_rows(x: torch.Tensor) -> torch.Tensor:
 
 def compact_accepted(x, verdict, *, out=None, target: KernelTarget):
     """Triton provider of ``compact_accepted`` (validated by the caller; see spec_hal.compaction)."""
+    if batch_first(x, verdict):  # (bs, N, ...): compact the (bs*N, ...) view
+        flat_out = None if out is None else out.view(-1, *x.shape[2:])
+        return compact_accepted(x.flatten(0, 1), verdict, out=flat_out, target=target).view(x.shape)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rows, width = verdict.accept_index.shape

@@ -186,6 +186,8 @@ def draft_topk(
         return out[0], out[1]
     config = launch_config(target, rows, vocab)
     num_tiles = triton.cdiv(vocab, config.block)
+    if token_map is not None:
+        token_map = token_map.contiguous()  # indexed with unit stride (a no-op for the usual map)
     # Scratch comes from torch's caching allocator: no device malloc per call, capture-safe.
     tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
     tile_sum = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)

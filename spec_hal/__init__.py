@@ -4,6 +4,10 @@
 functions (``spec_hal.draft_topk(...)``) that run on the backend for their tensors' device;
 ``spec_hal.get_backend(name)`` returns one backend to call explicitly; ``spec_hal.explain()`` says
 what was found and which provider runs each op.
+
+The types the ops take and return (``DraftTree``, ``Verdict``, ``TreeRecord``, ``Expansion``,
+``DraftState``, ``DraftResult``, ``DraftSlots``, ``MambaCommit``) and ``MAX_TOPK`` are exported
+here. Semantics: docs/semantics.md; shapes and dtypes side by side: docs/conventions.md.
 """
 from __future__ import annotations
 
@@ -27,8 +31,11 @@ def _map_source_checkout_subpackages() -> None:
         folder = os.path.join(root, name)
         if f"{__name__}.{name}" in sys.modules or not os.path.isfile(os.path.join(folder, "__init__.py")):
             continue
-        if importlib.util.find_spec(f"{__name__}.{name}") is not None:
-            continue
+        found = importlib.util.find_spec(f"{__name__}.{name}")
+        if found is not None and os.path.dirname(os.path.dirname(found.origin or "")) == os.path.dirname(os.path.abspath(__file__)):
+            continue  # installed inside the package (a wheel): that is this checkout's copy
+        # Otherwise the folder beside this package wins: an editable install of ANOTHER checkout
+        # must not shadow this checkout's kernels (PYTHONPATH=<checkout> runs the checkout).
         spec = importlib.util.spec_from_file_location(
             f"{__name__}.{name}", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
         )
@@ -57,6 +64,17 @@ _LAZY = {
     "DraftGraphs": ("spec_hal.draft_loop", "DraftGraphs"),
     "warmup": ("spec_hal.warmstart", "warmup"),
     "register_torch_ops": ("spec_hal.torch_library", "register"),
+    # The types ops take and return, and their limits (docs/conventions.md).
+    "DraftTree": ("spec_hal.types", "DraftTree"),
+    "Verdict": ("spec_hal.types", "Verdict"),
+    "TreeRecord": ("spec_hal.types", "TreeRecord"),
+    "Expansion": ("spec_hal.types", "Expansion"),
+    "DraftState": ("spec_hal.types", "DraftState"),
+    "DraftResult": ("spec_hal.types", "DraftResult"),
+    "DraftSlots": ("spec_hal.kv", "DraftSlots"),
+    "MambaCommit": ("spec_hal.mamba", "MambaCommit"),
+    "GraphSupport": ("spec_hal.capabilities", "GraphSupport"),
+    "MAX_TOPK": ("spec_hal.topk", "MAX_TOPK"),
 }
 
 __all__ = [

@@ -1,5 +1,5 @@
 """Family ``graphs``: :class:`GraphRunner`, one graph runner for CUDA graphs, HIP graphs and an
-eager emulation with the same static-buffer semantics. DESIGN.md §4 (Graph capture), P17/P18.
+eager emulation with the same static-buffer semantics. docs/architecture.md §4 (Graph capture), docs/semantics.md P17/P18.
 
 Upstream bugs 1 and 2 both lived in hand-written graph runners: a static positions buffer that
 drifted across the warm-up and capture runs, and new hidden states written to an attribute that
@@ -181,6 +181,8 @@ class GraphRunner:
         mutable: Sequence[str] = (),
         pad_values: Optional[Mapping[str, PadValue]] = None,
     ):
+        if not callable(fn):
+            raise InvalidInput("fn", "a callable fn(**inputs)", type(fn).__name__)
         self._fn = fn
         self.device = self._check_inputs(inputs)
         self.batch_sizes = self._check_batch_sizes(batch_sizes)

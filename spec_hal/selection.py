@@ -1,6 +1,6 @@
 """Backend selection: which backend runs, and why.
 
-Order (DESIGN.md §3): an explicit name; the ``SPEC_HAL_BACKEND`` environment variable; plugins
+Order (docs/architecture.md §3): an explicit name; the ``SPEC_HAL_BACKEND`` environment variable; plugins
 registered under the entry-point group ``spec_hal.backends`` (first usable one, in name order);
 built-ins by priority (rocm, cuda, cpu). An explicit choice that cannot run raises
 :class:`BackendUnavailable` with the reason; there is never a silent fallback.

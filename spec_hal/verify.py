@@ -7,8 +7,10 @@ Tree walk (``verify_greedy``, ``verify_sampling``). Request ``b`` walks its tree
 accepted node (first child ``retrieve_next_token``, then ``retrieve_next_sibling``, ascending
 node order) and accepts at most one; if none is accepted the walk stops. Global node ids are
 ``b * N + j`` (derived from shapes; ``retrieve_index`` is shape-checked only). A link outside
-[1, N) ends the list, and a level scans at most N nodes, so a malformed tree can never make any
-backend read out of bounds or loop forever.
+[1, N) ends the list, a level scans at most N nodes, and the walk stops after min(S, N - 1)
+levels (a tree of N nodes has at most N - 1 drafts to accept, whatever ``num_steps`` says;
+``num_steps`` <= 1024), so a malformed tree can never make any backend read out of bounds or
+loop for long.
 
 ``Verdict.predict`` (bs*N,) int32: for every node on the accepted path, the token that follows it
 (the next accepted draft, or the bonus token for the last accepted node); **-1 on every other
@@ -58,6 +60,8 @@ from .types import DraftTree, Verdict
 # Residual entries are quantised to multiples of 2^-40: sums are exact int64 (< 2^63 for V < 2^23).
 QUANT_SCALE = float(2**40)
 MAX_VOCAB = 2**23
+# The accept width S + 1 is held per request in registers by the walk kernels.
+MAX_TREE_STEPS = 1024
 # The largest float32 below 1: coins are clamped to [0, COIN_MAX] so that u * T < T.
 COIN_MAX = 1.0 - 2.0**-24
 
@@ -69,7 +73,7 @@ COIN_MAX = 1.0 - 2.0**-24
 def _check_tree(tree) -> tuple[int, int, torch.device]:
     if not isinstance(tree, DraftTree):
         raise checks.InvalidInput("tree", "a spec_hal.DraftTree", type(tree).__name__)
-    checks.integer("tree.num_steps", tree.num_steps, low=0)
+    checks.integer("tree.num_steps", tree.num_steps, low=0, high=MAX_TREE_STEPS)
     first = checks.tensor("tree.retrieve_index", tree.retrieve_index, ndim=2, dtypes=checks.INDEX_DTYPES)
     bs, nodes = first.shape
     if nodes == 0:
@@ -89,15 +93,17 @@ def _check_verdict_out(out, bs: int, nodes: int, width: int, device) -> None:
 
 
 def _check_target_predict(name: str, value, bs: int, nodes: int, device) -> None:
-    """Token ids (bs*N,) or (bs, N) int32/int64, or logits (bs*N, V) float."""
+    """Token ids (bs*N,) or (bs, N) int32/int64, or logits (bs*N, V) or (bs, N, V) float."""
     checks.tensor(name, value, device=device)
     if value.dtype in checks.INDEX_DTYPES:
         if tuple(value.shape) not in ((bs * nodes,), (bs, nodes)):
             raise checks.InvalidInput(name, f"token ids of shape ({bs * nodes},) or ({bs}, {nodes})", f"shape {tuple(value.shape)}")
         return
-    checks.tensor(name, value, ndim=2, dtypes=checks.FLOAT_DTYPES + checks.INDEX_DTYPES)
-    if value.shape[0] != bs * nodes or value.shape[1] == 0:
-        raise checks.InvalidInput(name, f"logits of shape ({bs * nodes}, V >= 1)", f"shape {tuple(value.shape)}")
+    checks.tensor(name, value, dtypes=checks.FLOAT_DTYPES + checks.INDEX_DTYPES)
+    rows_ok = (value.dim() == 2 and value.shape[0] == bs * nodes) or (value.dim() == 3 and tuple(value.shape[:2]) == (bs, nodes))
+    if not rows_ok or value.shape[-1] == 0:
+        raise checks.InvalidInput(name, f"logits of shape ({bs * nodes}, V) or ({bs}, {nodes}, V) with V >= 1",
+                                  f"shape {tuple(value.shape)}")
 
 
 def _check_probs(name: str, value, bs: int, rows: int, device) -> int:
@@ -216,7 +222,7 @@ def _walk(tree: DraftTree, accept_child):
     last = torch.zeros(bs, dtype=torch.int64, device=device)
     alive = torch.ones(bs, dtype=torch.bool, device=device)
     num_correct = torch.zeros(bs, dtype=torch.int64, device=device)
-    for level in range(1, tree.num_steps + 1):
+    for level in range(1, min(tree.num_steps, nodes - 1) + 1):  # never more than N - 1 accepts
         cur = torch.where(alive, _link(next_token, last), torch.full_like(last, -1))
         chosen = torch.full_like(last, -1)
         accept_child("level", last, cur)
@@ -259,7 +265,7 @@ def target_tokens(target_predict: torch.Tensor, bs: int, nodes: int) -> torch.Te
         # every family module).
         from .topk import sanitize_logits
 
-        return sanitize_logits(target_predict).argmax(dim=1).reshape(bs, nodes)
+        return sanitize_logits(target_predict).argmax(dim=-1).reshape(bs, nodes)
     return target_predict.reshape(bs, nodes).to(torch.int64)
 
 
@@ -301,7 +307,7 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
         tree: a DraftTree (retrieve_next_token / retrieve_next_sibling (bs, N), num_steps S).
         candidates: (bs, N) int32/int64 node tokens (``tree.tokens.view(bs, N)``).
         target_predict: the target's token per node, (bs*N,) or (bs, N) int32/int64; or the
-            target logits (bs*N, V) float32/bfloat16/float16/float64 (argmax fused: NaN as -inf,
+            target logits (bs*N, V) or (bs, N, V) float32/bfloat16/float16/float64 (argmax fused: NaN as -inf,
             ties to the lower id, ids in [0, V)).
         out: optional Verdict of contiguous int32 buffers to write.
 

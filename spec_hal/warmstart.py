@@ -244,25 +244,10 @@ def warmup(
 # spec-hal warmup
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = Shapes()
-    parser.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)), help="comma-separated (default 1,8,64)")
-    parser.add_argument("--vocab", type=int, default=defaults.vocab)
-    parser.add_argument("--hidden", type=int, default=defaults.hidden)
-    parser.add_argument("--topk", "-K", type=int, default=defaults.topk)
-    parser.add_argument("--steps", "-S", type=int, default=defaults.num_steps)
-    parser.add_argument("--draft-tokens", "-N", type=int, default=defaults.num_nodes)
-    parser.add_argument("--page-size", type=int, default=defaults.page_size)
-    parser.add_argument("--dtype", default="bfloat16", help="logits, hidden and KV dtype (default bfloat16)")
-    parser.add_argument("--device", help="default: the current GPU, else cpu")
-    parser.add_argument("--ops", help="comma-separated report names (default: all)")
-
-
 def run_warmup(args: argparse.Namespace) -> int:
+    """``spec-hal warmup`` (options: ``spec_hal.cli.add_warmup_arguments``)."""
     dtype = getattr(torch, args.dtype)
     shapes = Shapes(vocab=args.vocab, hidden=args.hidden, topk=args.topk, num_steps=args.steps, num_nodes=args.draft_tokens,
                     page_size=args.page_size, logits_dtype=dtype, hidden_dtype=dtype, kv_dtype=dtype)
-    batch_sizes = [int(size) for size in args.batch_sizes.split(",") if size.strip()]
-    ops = [op.strip() for op in args.ops.split(",")] if args.ops else None
-    warmup(ops, batch_sizes=batch_sizes, shapes=shapes, device=args.device, verbose=True)
+    warmup(args.ops, batch_sizes=[int(size) for size in args.batch_sizes], shapes=shapes, device=args.device, verbose=True)
     return 0
