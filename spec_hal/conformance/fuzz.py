@@ -311,6 +311,8 @@ def matrix(ops: Optional[list[str]] = None) -> list[tuple[str, str, str]]:
 def _map(value, fn):
     if isinstance(value, torch.Tensor):
         return fn(value)
+    if isinstance(value, dict):  # a call's arguments
+        return {name: _map(item, fn) for name, item in value.items()}
     if isinstance(value, (Verdict, DraftTree)):
         return dataclasses.replace(value, **{f: fn(getattr(value, f)) for f in _fields(value)})
     if isinstance(value, tuple) and hasattr(value, "_fields"):
@@ -326,8 +328,17 @@ def _to(value, device):
     return _map(value, lambda t: t if t.device.type == "meta" else t.to(device))
 
 
+def _clone_exact(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy with the same sizes, strides and storage offset (a sliced or expanded view stays
+    one, so the reference and the backend see the same layout)."""
+    if tensor.device.type == "meta":
+        return tensor
+    copy = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    return copy.set_(tensor.untyped_storage().clone(), tensor.storage_offset(), tensor.size(), tensor.stride())
+
+
 def _clone(value):
-    return _map(value, lambda t: t.clone())
+    return _map(value, _clone_exact)
 
 
 def _invoke(fn, call: Call, args: dict, out=None):
