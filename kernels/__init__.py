@@ -19,6 +19,7 @@ import os
 from typing import Optional
 
 KERNEL_MODULES = (
+    "spec_hal.kernels.masks",
     "spec_hal.kernels.topk",
     "spec_hal.kernels.mamba",
     "spec_hal.kernels.verify",

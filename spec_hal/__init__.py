@@ -27,7 +27,9 @@ def _map_source_checkout_subpackages() -> None:
         folder = os.path.join(root, name)
         if f"{__name__}.{name}" in sys.modules or not os.path.isfile(os.path.join(folder, "__init__.py")):
             continue
-        if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        found = importlib.util.find_spec(f"{__name__}.{name}")
+        # An editable install of another checkout maps the name to its folder: this checkout's wins.
+        if found is not None and os.path.dirname(os.path.abspath(found.origin or "")) == folder:
             continue
         spec = importlib.util.spec_from_file_location(
             f"{__name__}.{name}", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
@@ -64,6 +66,7 @@ __all__ = [
     "SpecHalError",
     "UnsupportedOnBackend",
     *_LAZY,
+    "apply_token_bitmask_",
     "draft_topk",
     "mamba_commit_steps",
     "scatter_mamba_state",

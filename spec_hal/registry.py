@@ -17,6 +17,7 @@ from typing import Callable
 
 # Family modules, imported on first use of the registry (never at `import spec_hal`).
 FAMILY_MODULES = (
+    "spec_hal.masks",
     "spec_hal.topk",
     "spec_hal.mamba",
     "spec_hal.verify",
