@@ -30,6 +30,7 @@ from spec_hal.types import DraftTree, Verdict
 import spec_hal.verify as semantics
 
 from .launch import KernelTarget, runtime_specialized
+from .masks import mask_row_base, token_allowed
 
 # Globals read inside kernels must be constexpr.
 NO_ID = tl.constexpr(2**31 - 1)
@@ -79,15 +80,17 @@ def _merge_argmax(tile_max_ptr, tile_id_ptr, rows, rows_ok, num_tiles, TILES_PAD
     tile_id = tl.load(tile_id_ptr + offsets, mask=ok, other=NO_ID)
     row_max = tl.max(tile_max, axis=2)
     best = tl.min(tl.where(ok & (tile_max == row_max[:, :, None]), tile_id, NO_ID), axis=2)
-    return best.to(tl.int64)
+    return tl.where(best == NO_ID, 0, best).to(tl.int64)  # NO_ID: a mask allowed nothing
 
 
 @triton.jit
 def _sample_final(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, rejected_q, coin, vocab,
-                  BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr):
+                  BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr,
+                  mask_ptr=None, mask_base=None, constrained=None, mask_width=None, HAS_MASK: tl.constexpr = False):
     """The final token of each request (R,) int64: inverse-CDF of the quantised residual, else of
     the target row, else 0. The residual is max(0, p - q) (HAS_Q; q read where use_q) or p with
-    the ``rejected`` tokens (R, L; -1 none) removed (HAS_REJECTED; their quantised p in rejected_q)."""
+    the ``rejected`` tokens (R, L; -1 none) removed (HAS_REJECTED; their quantised p in rejected_q).
+    HAS_MASK: p is 0 at tokens the row's mask (``mask_base``, ``constrained``) does not allow."""
     # Inclusive running sums of the quantised blocks, built in the block loop: every block from k
     # on holds the sum up to k, so padding blocks end up holding the total. (tl.cumsum over this
     # (R, NB_PAD) tensor does not lower on Triton 3.6 when NB_PAD is below a thread's vector width.)
@@ -101,6 +104,8 @@ def _sample_final(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q,
         cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
         ok = req_ok[:, None] & (cols[None, :] < vocab)
         p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=ok, other=0.0))
+        if HAS_MASK:
+            p = tl.where(token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols[None, :], ok, mask_width), p, 0.0)
         from_here = blocks[None, :] >= k
         total_p += tl.sum(_quantize(p), axis=1)
         running_p = tl.where(from_here, total_p[:, None], running_p)
@@ -130,6 +135,8 @@ def _sample_final(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q,
     cols = crossing[:, None] * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
     ok = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
     p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols.to(tl.int64) * stride_pv, mask=ok, other=0.0))
+    if HAS_MASK:
+        p = tl.where(token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols, ok, mask_width), p, 0.0)
     values = _quantize(p)
     if HAS_Q:
         q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols.to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
@@ -148,7 +155,8 @@ def _sample_final(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q,
 
 
 @triton.jit
-def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr, tile_id_ptr, num_tiles, BLOCK: tl.constexpr):
+def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr, tile_id_ptr, num_tiles, mask_ptr, index_ptr, num_masks,
+                        mask_width, BLOCK: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     row = tl.program_id(0)
     tile = tl.program_id(1)
     cols = tile * BLOCK + tl.arange(0, BLOCK)
@@ -157,6 +165,10 @@ def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr,
     values = tl.where(values != values, float("-inf"), values)  # NaN ranks as -inf
     values = tl.minimum(values, FLT_MAX)  # +inf ranks as FLT_MAX (ties with it: lower id)
     values = tl.where(in_vocab, values, float("-inf"))
+    if HAS_MASK:  # masked tokens rank below every allowed one: a tile allowing nothing has id NO_ID
+        base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
+        in_vocab = in_vocab & token_allowed(mask_ptr, base, constrained, cols, in_vocab, mask_width)
+        values = tl.where(in_vocab, values, float("-inf"))
     tile_max = tl.max(values, axis=0)
     tile_id = tl.min(tl.where(in_vocab & (values == tile_max), cols, NO_ID), axis=0)
     slot = row.to(tl.int64) * num_tiles + tile
@@ -194,7 +206,9 @@ def _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, pr
 @triton.jit
 def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles,
                         predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps,
-                        BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr):
+                        mask_ptr, index_ptr, num_masks, mask_width,
+                        BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
+                        HAS_MASK: tl.constexpr = False, HAS_INDEX: tl.constexpr = False):
     req, req_ok, lanes, ok, block_base, node_ids, next_token, next_sibling, cand = _load_tree_block(
         next_token_ptr, next_sibling_ptr, cand_ptr, bs, nodes, BLOCK_R, N_PAD)
     if FROM_LOGITS:
@@ -212,9 +226,14 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
         wanted = _pick(target, last, lanes)
         cur = tl.where(alive, _link(_pick(next_token, last, lanes), nodes), -1)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
+        if HAS_MASK:  # one gathered load per level: every candidate's bit at the last node's row
+            base, constrained = mask_row_base(index_ptr, block_base + last, req_ok & alive, num_masks, mask_width, HAS_INDEX)
+            cand_allowed = token_allowed(mask_ptr, base[:, None], constrained[:, None], cand, ok, mask_width).to(tl.int32)
         for _ in range(nodes):  # a level scans at most N nodes
             scanning = cur >= 0
             hit = scanning & (_pick(cand, cur, lanes) == wanted)
+            if HAS_MASK:
+                hit = hit & (_pick(cand_allowed, cur, lanes) != 0)
             chosen = tl.where(hit, cur, chosen)
             cur = tl.where(scanning & (hit == 0), _link(_pick(next_sibling, cur, lanes), nodes), -1)
         alive = chosen >= 0
@@ -232,7 +251,9 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
 def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr, stride_pb, stride_pn, stride_pv,
                           coins_ptr, final_coins_ptr, threshold_single, threshold_acc,
                           predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
-                          BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr):
+                          mask_ptr, index_ptr, num_masks, mask_width,
+                          BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr,
+                          HAS_MASK: tl.constexpr = False, HAS_INDEX: tl.constexpr = False):
     req, req_ok, lanes, ok, block_base, node_ids, next_token, next_sibling, cand = _load_tree_block(
         next_token_ptr, next_sibling_ptr, cand_ptr, bs, nodes, BLOCK_R, N_PAD)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
@@ -254,6 +275,11 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
         # The last node's row at every candidate token: one gathered load per level.
         row_base = request_rows + last.to(tl.int64) * stride_pn
         row_probs = _sanitize_probs(tl.load(probs_ptr + row_base[:, None] + cand * stride_pv, mask=cand_ok & alive[:, None], other=0.0))
+        if HAS_MASK:  # masked candidates count with p = 0 and are never accepted
+            base, constrained = mask_row_base(index_ptr, block_base + last, req_ok & alive, num_masks, mask_width, HAS_INDEX)
+            cand_allowed = token_allowed(mask_ptr, base[:, None], constrained[:, None], cand, ok, mask_width)
+            row_probs = tl.where(cand_allowed, row_probs, 0.0)
+            cand_allowed = cand_allowed.to(tl.int32)
         acc = tl.zeros([BLOCK_R], dtype=tl.float32)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
         for _ in range(nodes):  # a level scans at most N nodes
@@ -263,6 +289,8 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
             p = tl.where(duplicate, 0.0, _pick(row_probs, cur, lanes))
             acc = tl.where(scanning, acc + p, acc)
             hit = scanning & ((coin * threshold_acc < acc) | (p >= threshold_single))
+            if HAS_MASK:
+                hit = hit & (_pick(cand_allowed, cur, lanes) != 0)
             chosen = tl.where(hit, cur, chosen)
             refused = (lanes[None, :] == cur[:, None]) & (scanning & (hit == 0))[:, None]
             rejected = tl.where(refused, 1, rejected)
@@ -281,9 +309,10 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
 
     rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
     final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
+    final_base, final_constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
     final = _sample_final(probs_ptr, request_rows + last.to(tl.int64) * stride_pn, stride_pv, probs_ptr, request_rows, stride_pv,
                           req_ok, req_ok, rejected_tokens, rejected_q, final_coin, vocab,
-                          BLOCK_R, BLOCK_V, NB_PAD, False, True)
+                          BLOCK_R, BLOCK_V, NB_PAD, False, True, mask_ptr, final_base, final_constrained, mask_width, HAS_MASK)
     next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
     predict = tl.where(on_path != 0, next_tokens, -1)
     _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
@@ -292,7 +321,9 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
 
 @triton.jit
 def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_correct_ptr, bonus_ptr, bs, width,
-                         BLOCK_R: tl.constexpr, B_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr):
+                         mask_ptr, index_ptr, num_masks, mask_width,
+                         BLOCK_R: tl.constexpr, B_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
+                         HAS_MASK: tl.constexpr = False, HAS_INDEX: tl.constexpr = False):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, B_PAD)
@@ -305,6 +336,9 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
     # Draft j (column j + 1) is compared with the target's token at column j.
     drafts = tl.load(cand_ptr + ids + 1, mask=ok & (lanes[None, :] < width - 1), other=-1).to(tl.int64)
     mismatch = (lanes[None, :] >= width - 1) | (drafts != target)
+    if HAS_MASK:  # draft j + 1 must be allowed at row j
+        base, constrained = mask_row_base(index_ptr, ids, ok, num_masks, mask_width, HAS_INDEX)
+        mismatch = mismatch | (token_allowed(mask_ptr, base, constrained, drafts, ok, mask_width) == 0)
     num_correct = tl.min(tl.where(mismatch, lanes[None, :], B_PAD), axis=1)
     bonus = _pick(target, num_correct, lanes)
     tl.store(num_correct_ptr + req, num_correct.to(tl.int32), mask=req_ok)
@@ -314,7 +348,9 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
 @triton.jit
 def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
                            coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
-                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr):
+                           mask_ptr, index_ptr, num_masks, mask_width,
+                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr,
+                           HAS_MASK: tl.constexpr = False, HAS_INDEX: tl.constexpr = False, HAS_DRAFT_PROBS: tl.constexpr = True):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)  # step s (0-based) drafts x_{s+1}; node k of the chain
@@ -324,8 +360,14 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     draft_ok = step_ok & (drafts >= 0) & (drafts < vocab)
     p = _sanitize_probs(tl.load(probs_ptr + req64[:, None] * stride_pb + lanes[None, :].to(tl.int64) * stride_pn + drafts * stride_pv,
                                 mask=draft_ok, other=0.0))
-    q = _sanitize_probs(tl.load(draft_probs_ptr + req64[:, None] * stride_qb + lanes[None, :].to(tl.int64) * stride_qn + drafts * stride_qv,
-                                mask=draft_ok, other=0.0))
+    if HAS_MASK:  # target row s is row b * (S + 1) + s of the mask index
+        base, constrained = mask_row_base(index_ptr, req64[:, None] * (steps + 1) + lanes[None, :], step_ok, num_masks, mask_width, HAS_INDEX)
+        p = tl.where(token_allowed(mask_ptr, base, constrained, drafts, draft_ok, mask_width), p, 0.0)
+    if HAS_DRAFT_PROBS:
+        q = _sanitize_probs(tl.load(draft_probs_ptr + req64[:, None] * stride_qb + lanes[None, :].to(tl.int64) * stride_qn + drafts * stride_qv,
+                                    mask=draft_ok, other=0.0))
+    else:  # a deterministic draft: q is one-hot at the drafted token
+        q = tl.where(draft_ok, 1.0, 0.0)
     coins = _sanitize_coins(tl.load(coins_ptr + req64[:, None] * steps + lanes[None, :], mask=step_ok, other=0.0))
     accepted = step_ok & (coins * q < p)
     num_correct = tl.min(tl.where(accepted, N_PAD, lanes[None, :]), axis=1)
@@ -333,10 +375,22 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
 
     use_q = req_ok & (num_correct < steps)
     final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
-    final = _sample_final(probs_ptr, req64 * stride_pb + num_correct.to(tl.int64) * stride_pn, stride_pv,
-                          draft_probs_ptr, req64 * stride_qb + tl.minimum(num_correct, steps - 1).to(tl.int64) * stride_qn, stride_qv,
-                          use_q, req_ok, tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64), tl.zeros([BLOCK_R, N_PAD], dtype=tl.int64),
-                          final_coin, vocab, BLOCK_R, BLOCK_V, NB_PAD, True, False)
+    final_base, final_constrained = mask_row_base(index_ptr, req64 * (steps + 1) + num_correct, req_ok & HAS_MASK, num_masks, mask_width,
+                                                  HAS_INDEX)
+    if HAS_DRAFT_PROBS:
+        final = _sample_final(probs_ptr, req64 * stride_pb + num_correct.to(tl.int64) * stride_pn, stride_pv,
+                              draft_probs_ptr, req64 * stride_qb + tl.minimum(num_correct, steps - 1).to(tl.int64) * stride_qn, stride_qv,
+                              use_q, req_ok, tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64), tl.zeros([BLOCK_R, N_PAD], dtype=tl.int64),
+                              final_coin, vocab, BLOCK_R, BLOCK_V, NB_PAD, True, False,
+                              mask_ptr, final_base, final_constrained, mask_width, HAS_MASK)
+    else:  # residual = the target row without the rejected draft (its p, masked, quantised)
+        rejected_lane = (lanes[None, :] == num_correct[:, None]) & use_q[:, None] & draft_ok
+        rejected_tokens = tl.where(rejected_lane, drafts, -1)
+        rejected_q = tl.where(rejected_lane, _quantize(p), 0)
+        final = _sample_final(probs_ptr, req64 * stride_pb + num_correct.to(tl.int64) * stride_pn, stride_pv,
+                              probs_ptr, req64 * stride_pb, stride_pv, use_q, req_ok, rejected_tokens, rejected_q,
+                              final_coin, vocab, BLOCK_R, BLOCK_V, NB_PAD, False, True,
+                              mask_ptr, final_base, final_constrained, mask_width, HAS_MASK)
     nodes = steps + 1
     node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
     predict = tl.where(lanes[None, :] < num_correct[:, None], drafts, tl.where(lanes[None, :] == num_correct[:, None], final[:, None], -1))
@@ -403,22 +457,52 @@ def _verdict_buffers(bs: int, nodes: int, width: int, device, out: Optional[Verd
                    torch.empty(bs, dtype=torch.int32, device=device), torch.empty(bs, dtype=torch.int32, device=device))
 
 
-def _argmax_tiles(logits: torch.Tensor, target: KernelTarget):
+@dataclass(frozen=True)
+class MaskArgs:
+    """A launch's mask arguments: (mask, index, num_masks, width) pointers/ints and the two flags.
+    Without a mask the pointers are ``placeholder`` (never read)."""
+
+    mask: torch.Tensor
+    index: torch.Tensor
+    num_masks: int
+    width: int
+    has_mask: bool
+    has_index: bool
+
+    @classmethod
+    def of(cls, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor], placeholder: torch.Tensor) -> "MaskArgs":
+        if token_bitmask is None:
+            return cls(placeholder, placeholder, 0, 0, False, False)
+        mask = token_bitmask.contiguous()
+        index = bitmask_index.contiguous() if bitmask_index is not None else mask
+        return cls(mask, index, mask.shape[0], mask.shape[1], True, bitmask_index is not None)
+
+    @property
+    def args(self) -> tuple:
+        return self.mask, self.index, self.num_masks, self.width
+
+    @property
+    def flags(self) -> dict:
+        return {"HAS_MASK": self.has_mask, "HAS_INDEX": self.has_index}
+
+
+def _argmax_tiles(logits: torch.Tensor, target: KernelTarget, masks: Optional[MaskArgs] = None):
     """Launch the tile argmax over (rows, V) logits; returns (tile_max, tile_id, num_tiles)."""
     rows, vocab = logits.shape
     config = argmax_launch(target, rows, vocab)
     num_tiles = triton.cdiv(vocab, config.block)
     tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=logits.device)
     tile_id = torch.empty((rows, num_tiles), dtype=torch.int32, device=logits.device)
-    _argmax_tile_kernel[(rows, num_tiles)](logits, logits.stride(0), logits.stride(1), vocab, tile_max, tile_id, num_tiles,
-                                           BLOCK=config.block, num_warps=config.warps)
+    masks = masks or MaskArgs.of(None, None, tile_max)
+    _argmax_tile_kernel[(rows, num_tiles)](logits, logits.stride(0), logits.stride(1), vocab, tile_max, tile_id, num_tiles, *masks.args,
+                                           BLOCK=config.block, **masks.flags, num_warps=config.warps)
     return tile_max, tile_id, num_tiles
 
 
-def _target_source(target_predict: torch.Tensor, target: KernelTarget):
+def _target_source(target_predict: torch.Tensor, target: KernelTarget, masks: Optional[MaskArgs] = None):
     """(ids or placeholder, tile_max, tile_id, num_tiles, from_logits) for the walk kernels."""
     if target_predict.dtype.is_floating_point:
-        tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target)
+        tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target, masks)
         return tile_max, tile_max, tile_id, num_tiles, True
     ids = target_predict.reshape(-1)
     return ids, ids, ids, 1, False
@@ -431,27 +515,29 @@ def _probs_strides(probs: torch.Tensor, rows: int) -> tuple[int, int, int]:
     return probs.stride(0) * rows, probs.stride(0), probs.stride(1)
 
 
-def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: torch.Tensor, *, out: Optional[Verdict] = None,
-                  target: KernelTarget) -> Verdict:
+def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
+                  bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_greedy`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, nodes = candidates.shape
     width = tree.num_steps + 1
     out = _verdict_buffers(bs, nodes, width, candidates.device, out)
     if bs == 0:
         return out
-    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target)
+    masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
+    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = walk_launch(target, bs, nodes)
     _greedy_walk_kernel[(triton.cdiv(bs, config.requests),)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), ids, tile_max, tile_id, num_tiles,
-        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps,
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, *masks.args,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits,
-        num_warps=config.warps,
+        **masks.flags, num_warps=config.warps,
     )
     return out
 
 
 def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor,
-                    *, threshold_single: float = 1.0, threshold_acc: float = 1.0, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+                    *, threshold_single: float = 1.0, threshold_acc: float = 1.0, token_bitmask: Optional[torch.Tensor] = None,
+                    bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, nodes = candidates.shape
     width = tree.num_steps + 1
@@ -461,17 +547,19 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
     vocab = target_probs.shape[-1]
     stride_b, stride_n, stride_v = _probs_strides(target_probs, nodes)
     config = walk_launch(target, bs, nodes, vocab)
+    masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _sampling_walk_kernel[(triton.cdiv(bs, config.requests),)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
         target_probs, stride_b, stride_n, stride_v, coins.contiguous(), final_coins.contiguous(), float(threshold_single), float(threshold_acc),
-        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, vocab,
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, vocab, *masks.args,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), BLOCK_V=config.block_v,
-        NB_PAD=_pow2(triton.cdiv(vocab, config.block_v)), num_warps=config.warps,
+        NB_PAD=_pow2(triton.cdiv(vocab, config.block_v)), **masks.flags, num_warps=config.warps,
     )
     return out
 
 
-def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
+                 bitmask_index: Optional[torch.Tensor] = None, out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
                  target: KernelTarget) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton provider of ``verify_chain`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, width = candidates.shape
@@ -479,17 +567,20 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, out:
         out = (torch.empty(bs, dtype=torch.int32, device=candidates.device), torch.empty(bs, dtype=torch.int64, device=candidates.device))
     if bs == 0:
         return out[0], out[1]
-    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target)
+    masks = MaskArgs.of(token_bitmask, bitmask_index, out[0])
+    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = walk_launch(target, bs, width)
     _chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
-        candidates.contiguous(), ids, tile_max, tile_id, num_tiles, out[0], out[1], bs, width,
-        BLOCK_R=config.requests, B_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, num_warps=config.warps,
+        candidates.contiguous(), ids, tile_max, tile_id, num_tiles, out[0], out[1], bs, width, *masks.args,
+        BLOCK_R=config.requests, B_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
+        num_warps=config.warps,
     )
     return out[0], out[1]
 
 
-def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, coins: torch.Tensor,
-                          final_coins: torch.Tensor, *, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor, coins: torch.Tensor,
+                          final_coins: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
+                          bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, steps = draft_ids.shape
     nodes = steps + 1
@@ -497,14 +588,16 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: torch.Tensor, ta
     if bs == 0:
         return out
     vocab = target_probs.shape[-1]
-    q_strides = _probs_strides(draft_probs, steps)
+    has_draft_probs = draft_probs is not None
+    q_strides = _probs_strides(draft_probs, steps) if has_draft_probs else (0, 0, 0)
     p_strides = _probs_strides(target_probs, nodes)
     config = walk_launch(target, bs, nodes, vocab)
+    masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _chain_sampling_kernel[(triton.cdiv(bs, config.requests),)](
-        draft_ids.contiguous(), draft_probs, *q_strides, target_probs, *p_strides, coins.contiguous(), final_coins.contiguous(),
-        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
-        BLOCK_R=config.requests, N_PAD=_pow2(nodes), BLOCK_V=config.block_v, NB_PAD=_pow2(triton.cdiv(vocab, config.block_v)),
-        num_warps=config.warps,
+        draft_ids.contiguous(), draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,
+        coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
+        *masks.args, BLOCK_R=config.requests, N_PAD=_pow2(nodes), BLOCK_V=config.block_v,
+        NB_PAD=_pow2(triton.cdiv(vocab, config.block_v)), **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, num_warps=config.warps,
     )
     return out
 
