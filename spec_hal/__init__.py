@@ -57,6 +57,9 @@ _LAZY = {
     "run_draft": ("spec_hal.draft_loop", "run_draft"),
     "draft_step": ("spec_hal.draft_loop", "draft_step"),
     "DraftGraphs": ("spec_hal.draft_loop", "DraftGraphs"),
+    "tree_paths": ("spec_hal.tree", "tree_paths"),
+    "tree_parents": ("spec_hal.tree", "tree_parents"),
+    "pack_bitmask": ("spec_hal.masks", "pack_bitmask"),
 }
 
 __all__ = [
