@@ -26,6 +26,7 @@ KERNEL_MODULES = (
     "spec_hal.kernels.compaction",
     "spec_hal.kernels.kv",
     "spec_hal.kernels.tree",
+    "spec_hal.kernels.ragged",
 )
 
 _loaded_mode: Optional[str] = None

@@ -24,6 +24,7 @@ FAMILY_MODULES = (
     "spec_hal.compaction",
     "spec_hal.kv",
     "spec_hal.tree",
+    "spec_hal.ragged",
 )
 
 
