@@ -61,7 +61,7 @@ def _apply_bitmask_kernel(logits_ptr, stride_row, stride_col, vocab, mask_ptr, i
 def _block(target: KernelTarget, vocab: int) -> int:
     if target.vendor == "interpreter":
         return min(max(triton.next_power_of_2(vocab), 32), 65536)
-    return min(4096, max(triton.next_power_of_2(vocab), 128))
+    return min(1024, max(triton.next_power_of_2(vocab), 128))  # 4 elements per thread at 256 threads
 
 
 def apply_token_bitmask_(logits: torch.Tensor, token_bitmask: torch.Tensor, *, bitmask_index: Optional[torch.Tensor] = None,
@@ -74,7 +74,7 @@ def apply_token_bitmask_(logits: torch.Tensor, token_bitmask: torch.Tensor, *, b
     index = bitmask_index if bitmask_index is not None else token_bitmask  # placeholder, never read
     _apply_bitmask_kernel[(rows, triton.cdiv(vocab, block))](
         logits, logits.stride(0), logits.stride(1), vocab, token_bitmask.contiguous(), index, token_bitmask.shape[0],
-        token_bitmask.shape[1], BLOCK=block, HAS_INDEX=bitmask_index is not None, num_warps=target.warps(128))
+        token_bitmask.shape[1], BLOCK=block, HAS_INDEX=bitmask_index is not None, num_warps=target.warps(256))
     return logits
 
 
@@ -92,12 +92,12 @@ def compile_specs(target: KernelTarget):
                              "mask_ptr": "*i32", "index_ptr": index_type, "num_masks": "i32", "width": "i32",
                              "BLOCK": "constexpr", "HAS_INDEX": "constexpr"}
                 constexprs = {"BLOCK": block, "HAS_INDEX": has_index}
-                specs.append((_apply_bitmask_kernel, signature, constexprs, target.warps(128)))
-                specs.append(runtime_specialized(target, _apply_bitmask_kernel, signature, constexprs, target.warps(128),
+                specs.append((_apply_bitmask_kernel, signature, constexprs, target.warps(256)))
+                specs.append(runtime_specialized(target, _apply_bitmask_kernel, signature, constexprs, target.warps(256),
                                                  values={"stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_masks": rows,
                                                          "width": width}))
     return specs
 
 
 def describe_launch(target: KernelTarget) -> list[str]:
-    return [f"apply_token_bitmask_ V=151936: BLOCK={_block(target, 151936)}, {target.warps(128)} warps, logits never read"]
+    return [f"apply_token_bitmask_ V=151936: BLOCK={_block(target, 151936)}, {target.warps(256)} warps, logits never read"]

@@ -76,14 +76,20 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = walk_launch(target, bs, nodes)
+    warps = _warps(target, config)
     drafts = draft_tokens.contiguous() if total else counts  # an empty tensor may have no address
     _ragged_chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
         drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total + bs, *masks.args,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
-        num_warps=config.warps,
+        num_warps=warps,
     )
     return out
+
+
+def _warps(target: KernelTarget, config) -> int:
+    """128 threads on a GPU: the (N_PAD, TILES_PAD) tile merge spilled at one warp/wave."""
+    return config.warps if target.vendor == "interpreter" else max(config.warps, target.warps(128))
 
 
 PROVIDERS = {"verify_chain_ragged": (verify_chain_ragged, "kernels/ragged.py: tile argmax over the flat rows + ragged prefix match")}
@@ -105,8 +111,8 @@ def compile_specs(target: KernelTarget):
                              "FROM_LOGITS": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr"}
                 constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILES_PAD": _pow2(num_tiles if from_logits else 1),
                               "FROM_LOGITS": from_logits, "HAS_MASK": has_mask, "HAS_INDEX": has_index}
-                specs.append((_ragged_chain_greedy_kernel, signature, constexprs, config.warps))
-                specs.append(runtime_specialized(target, _ragged_chain_greedy_kernel, signature, constexprs, config.warps,
+                specs.append((_ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config)))
+                specs.append(runtime_specialized(target, _ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config),
                                                  values={"num_tiles": num_tiles if from_logits else 1, "num_drafts": bs * max_drafts // 2,
                                                          "total_rows": bs * max_drafts // 2 + bs, "num_masks": bs * nodes if has_mask else 0,
                                                          "mask_width": 4748 if has_mask else 0, "bs": bs, "max_drafts": max_drafts}))

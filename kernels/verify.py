@@ -626,20 +626,35 @@ def compile_specs(target: KernelTarget):
     constexprs, multiples of 16 get ``tt.divisibility``)."""
     specs = []
 
-    def add(kernel, signature, constexprs, num_warps, **values):
+    def add_plain(kernel, signature, constexprs, num_warps, **values):
         specs.append((kernel, signature, constexprs, num_warps))
         specs.append(runtime_specialized(target, kernel, signature, constexprs, num_warps, values=values))
+
+    def add(kernel, signature, constexprs, num_warps, *, placeholder="*i32", masked=False, extra=(), **values):
+        """The launch without a mask (mask pointers are the ``placeholder``), and with
+        ``masked`` its token_bitmask variants (no index, int32 and int64 index)."""
+        variants = [(placeholder, placeholder, False, False)]
+        if masked:
+            variants += [("*i32", "*i32", True, False), ("*i32", "*i32", True, True), ("*i32", "*i64", True, True)]
+        for mask_type, index_type, has_mask, has_index in variants:
+            for extra_constexprs in (({},) + tuple(extra)) if not has_mask else ({},):
+                add_plain(kernel, {**signature, "mask_ptr": mask_type, "index_ptr": index_type, "num_masks": "i32", "mask_width": "i32",
+                                   "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", **{name: "constexpr" for name in extra_constexprs}},
+                          {**constexprs, "HAS_MASK": has_mask, "HAS_INDEX": has_index, **extra_constexprs}, num_warps,
+                          num_masks=values.get("bs", 1) * 8 if has_mask else 0, mask_width=4748 if has_mask else 0, **values)
 
     walk_links = {"next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64"}
     verdict = {"predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32"}
     for bs, nodes, vocab, steps in _SHAPES:
+        masked = (bs, nodes) == (64, 8)  # the token_bitmask variants at one production shape
         argmax = argmax_launch(target, bs * nodes, vocab)
         num_tiles = triton.cdiv(vocab, argmax.block)
         for logit_type in _LOGIT_TYPES:
             add(_argmax_tile_kernel,
                 {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
                  "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "BLOCK": "constexpr"},
-                {"BLOCK": argmax.block}, argmax.warps, stride_row=vocab, stride_col=1, vocab=vocab, num_tiles=num_tiles)
+                {"BLOCK": argmax.block}, argmax.warps, placeholder="*fp32", masked=masked, stride_row=vocab, stride_col=1, vocab=vocab,
+                num_tiles=num_tiles)
         walk = walk_launch(target, bs, nodes)
         for from_logits, target_type in ((True, "*fp32"), (False, "*i64"), (False, "*i32")):
             tiles = num_tiles if from_logits else 1
@@ -648,13 +663,13 @@ def compile_specs(target: KernelTarget):
                  **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr",
                  "W_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
                 {"BLOCK_R": walk.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits},
-                walk.warps, num_tiles=tiles, bs=bs, nodes=nodes, num_steps=steps)
+                walk.warps, masked=masked and from_logits, num_tiles=tiles, bs=bs, nodes=nodes, num_steps=steps)
             add(_chain_greedy_kernel,
                 {"cand_ptr": "*i64", "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
                  "num_correct_ptr": "*i32", "bonus_ptr": "*i64", "bs": "i32", "width": "i32", "BLOCK_R": "constexpr",
                  "B_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
                 {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits}, walk.warps,
-                num_tiles=tiles, bs=bs, width=nodes)
+                masked=masked and from_logits, num_tiles=tiles, bs=bs, width=nodes)
         sampling = walk_launch(target, bs, nodes, vocab)
         blocks = _pow2(triton.cdiv(vocab, sampling.block_v))
         add(_sampling_walk_kernel,
@@ -663,7 +678,8 @@ def compile_specs(target: KernelTarget):
              **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
              "N_PAD": "constexpr", "W_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
             {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
-            sampling.warps, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps, vocab=vocab)
+            sampling.warps, masked=masked, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
+            vocab=vocab)
         chain_steps = nodes - 1
         add(_chain_sampling_kernel,
             {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
@@ -671,8 +687,8 @@ def compile_specs(target: KernelTarget):
              "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
              "N_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
             {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
-            sampling.warps, stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
-            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab)
+            sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab,
+            stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab)
     return specs
 
 
