@@ -78,6 +78,7 @@ __all__ = [
     "verify_sampling",
     "verify_chain",
     "verify_chain_sampling",
+    "verify_tree_sampling",
     "verify_chain_ragged",
     "verify_chain_sampling_ragged",
     "bonus_tokens",

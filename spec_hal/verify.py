@@ -528,3 +528,110 @@ def verify_chain_sampling(
     cand = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=ids.device), ids], dim=1)
     next_tokens = _next_tokens(path, cand, num_correct, final, nodes)
     return _verdict(path, num_correct, next_tokens, nodes, out)
+
+
+# ----------------------------------------------------------------------------------------------
+# tree verification with the draft distribution (multi-draft recursive rejection sampling)
+
+
+def check_verify_tree_sampling(tree, candidates, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
+                               out=None) -> None:
+    bs, nodes, device = _check_tree(tree)
+    checks.tensor("candidates", candidates, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, nodes))
+    vocab = _check_probs("target_probs", target_probs, bs, nodes, device)
+    if _check_probs("draft_probs", draft_probs, bs, nodes, device) != vocab:
+        raise checks.InvalidInput("draft_probs", f"the vocabulary of target_probs (V = {vocab})", f"shape {tuple(draft_probs.shape)}")
+    checks.tensor("coins", coins, dtypes=(torch.float32,), device=device, shape=(bs, nodes))
+    checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
+    check_bitmask(token_bitmask, bitmask_index, rows=bs * nodes, vocab=vocab, device=device)
+    _check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
+
+
+@register_op("verify_tree_sampling", family="verify", check=check_verify_tree_sampling)
+def verify_tree_sampling(
+    tree: DraftTree,
+    candidates: torch.Tensor,
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    coins: torch.Tensor,
+    final_coins: torch.Tensor,
+    *,
+    token_bitmask: Optional[torch.Tensor] = None,
+    bitmask_index: Optional[torch.Tensor] = None,
+    out: Optional[Verdict] = None,
+) -> Verdict:
+    """Tree speculative sampling with the true draft distribution (multi-draft recursive rejection
+    sampling, SpecInfer): lossless when the children of every node j were drawn independently
+    from ``q_j = draft_probs[b, j]`` (with replacement; duplicates allowed).
+
+    At the last accepted node j the residual starts as ``r = p_j`` (the target row). Children are
+    scanned in link order; child c with token x and coin ``u = coins[b, c]`` is accepted iff
+    ``u * q_j(x) < r(x) / sum(r)`` (i.e. with probability min(1, r_norm(x) / q_j(x))); a rejection
+    sets ``r = max(0, r / sum(r) - q_j)``. The first accepted child becomes the next node; if none is, or
+    at depth S, the final token samples r (the target row p of the last node if nothing was
+    rejected there). Exact arithmetic: p and q are sanitised then quantised to ``floor(. * 2^40)``
+    int64 (sums are exact), the test is evaluated as ``float64(u) * float64(q(x)) * float64(sum r)
+    < float64(r(x)) * 2^40`` and the update as ``floor(max(0, float64(r) / float64(sum r) -
+    float64(q) / 2^40) * 2^40)``: elementwise IEEE float64, so every device decides the same. The final token is drawn from the integer r as in
+    ``verify_sampling`` (fallback: the quantised target row, then id 0). Masks: masked target
+    probabilities are 0, so a masked child is never accepted nor a masked token emitted.
+
+    Args:
+        tree: a DraftTree; candidates: (bs, N) int32/int64 node tokens.
+        draft_probs: (bs, N, V) or (bs*N, V) float32: q_j, the distribution node j's children
+            were sampled from.
+        target_probs: (bs, N, V) or (bs*N, V) float32 target distribution at every node.
+        coins: (bs, N) float32 in [0, 1): the acceptance coin of each node (as a child).
+        final_coins: (bs,) float32 in [0, 1).
+        token_bitmask, bitmask_index: optional vocabulary mask per node (spec_hal/masks.py).
+        out: optional Verdict of contiguous int32 buffers.
+
+    Returns:
+        Verdict (see verify_greedy). No Triton kernel yet: every backend runs this reference on
+        its device (integer arithmetic and elementwise float64, identical everywhere).
+    """
+    bs, nodes = candidates.shape
+    vocab = target_probs.shape[-1]
+    device = candidates.device
+    p = sanitize_probs(target_probs.reshape(bs, nodes, vocab))
+    if token_bitmask is not None:
+        p = torch.where(allowed_matrix(token_bitmask, bitmask_index, bs * nodes, vocab).view(bs, nodes, vocab), p, torch.zeros_like(p))
+    p_int = quantize(p)
+    q_int = quantize(sanitize_probs(draft_probs.reshape(bs, nodes, vocab)))
+    u = sanitize_coins(coins).to(torch.float64)
+    cand = candidates.to(torch.int64)
+    rows = torch.arange(bs, device=device)
+    state = {"r": p_int[:, 0].clone()}
+
+    def accept_child(kind, last, child):
+        if kind == "level":
+            return None
+        if kind == "accepted":  # a new node: its residual starts as its target row
+            moved = child >= 0
+            state["r"] = torch.where(moved[:, None], p_int[rows, child.clamp(min=0)], state["r"])
+            return None
+        scanning = child >= 0
+        node = child.clamp(min=0)
+        token = cand.gather(1, node[:, None])[:, 0]
+        in_vocab = (token >= 0) & (token < vocab)
+        x = token.clamp(0, vocab - 1)
+        r = state["r"]
+        q_row = q_int[rows, last]
+        mass = r.sum(dim=1).to(torch.float64)
+        r_x = r.gather(1, x[:, None])[:, 0].to(torch.float64)
+        q_x = q_row.gather(1, x[:, None])[:, 0].to(torch.float64)
+        accepted = scanning & in_vocab & (u[rows, node] * q_x * mass < r_x * QUANT_SCALE)
+        rejected = scanning & ~accepted
+        # r <- max(0, r / sum(r) - q), requantised: elementwise float64 (the same on every device).
+        normalised = r.to(torch.float64) / mass.clamp(min=1.0)[:, None]
+        update = (torch.clamp_min(normalised - q_row.to(torch.float64) / QUANT_SCALE, 0.0) * QUANT_SCALE).to(torch.int64)
+        state["r"] = torch.where(rejected[:, None], update, r)
+        return accepted
+
+    path, num_correct, last = _walk(tree, accept_child)
+    residual = state["r"]
+    ids, has_mass = inverse_cdf(residual, sanitize_coins(final_coins))
+    target_ids, target_mass = inverse_cdf(p_int[rows, last], sanitize_coins(final_coins))
+    final = torch.where(has_mass, ids, torch.where(target_mass, target_ids, torch.zeros_like(target_ids)))
+    next_tokens = _next_tokens(path, cand, last, final, nodes)
+    return _verdict(path, num_correct, next_tokens, nodes, out)

@@ -26,6 +26,7 @@ FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
 # rejected with probability > 0.999; any emission of a masked token fails outright.
 CHI_SQUARE_LIMIT = 30.0
 DRAWS = 100_000
+TREE_DRAWS = 50_000
 
 
 def random_bitmask(rows: int, vocab: int, *, seed: int, indexed: bool, density: float = 0.6):
@@ -333,3 +334,79 @@ def test_masks_reject_bad_input(backend):
     probs = torch.full((1, 2, 70), 1 / 70, device=device)
     assert_rejects(backend, "token_bitmask", lambda b: b.verify_sampling(tree, candidates, probs, torch.zeros(1, 2, device=device),
                                                                          torch.zeros(1, device=device), token_bitmask=good))
+
+
+# ----------------------------------------------------------------------------------------------
+# tree verification with the draft distribution (verify_tree_sampling)
+
+
+def _tree_sampling_inputs(bs: int, nodes: int, steps: int, vocab: int, *, seed: int):
+    """A random tree whose children are drawn from the draft rows q (as the op assumes)."""
+    tree, _ = random_tree(bs, nodes, steps, seed=seed, vocab=vocab)
+    generator = torch.Generator().manual_seed(seed)
+    draft = torch.softmax(torch.randn(bs, nodes, vocab, generator=generator) * 2, dim=2)
+    target = torch.softmax(torch.randn(bs, nodes, vocab, generator=generator) * 2, dim=2)
+    parents = tree.parents.clamp(min=0)
+    rows = draft[torch.arange(bs)[:, None], parents]  # (bs, N, V): each node's parent row
+    candidates = torch.multinomial(rows.reshape(-1, vocab), 1, generator=generator).view(bs, nodes)
+    candidates[:, 0] = 0
+    coins, final_coins = torch.rand(bs, nodes, generator=generator), torch.rand(bs, generator=generator)
+    return tree, candidates, draft, target, coins, final_coins
+
+
+@pytest.mark.spec_hal_op("verify_tree_sampling")
+@pytest.mark.parametrize("steps, nodes", ((3, 4), (3, 8), (5, 16)))
+@pytest.mark.parametrize("masked", (False, True))
+def test_verify_tree_sampling_matches_reference(backend, steps, nodes, masked):
+    bs, vocab = 9, 12
+    tree, candidates, draft, target, coins, final_coins = _tree_sampling_inputs(bs, nodes, steps, vocab, seed=steps * 10 + nodes)
+    kwargs = {}
+    if masked:
+        bitmask, index, allowed = random_bitmask(bs * nodes, vocab, seed=nodes, indexed=True, density=0.7)
+        kwargs = {"token_bitmask": bitmask, "bitmask_index": index}
+    expected = verify_reference.verify_tree_sampling(tree, candidates, draft, target, coins, final_coins, **kwargs)
+    device = backend.device
+    with no_host_sync(device):
+        verdict = backend.verify_tree_sampling(tree_to(tree, device), *_to(device, candidates, draft, target, coins, final_coins),
+                                               **{key: value.to(device) for key, value in kwargs.items()})
+    _assert_same(verdict, expected)
+    if masked:
+        _assert_path_allowed(verdict, allowed, nodes)
+
+
+@pytest.mark.spec_hal_op("verify_tree_sampling")
+def test_verify_tree_sampling_distribution(backend):
+    """Lossless: a root with three children drawn i.i.d. from q (duplicates happen), each with
+    one child drawn from its own q row: the first emitted token follows p_root and, given it,
+    the second follows p at that node (the second token after first token 3). Power: the first
+    token as CHI_SQUARE_LIMIT with TREE_DRAWS = 50,000 (a 0.01 shift between two outcomes of 1/8
+    gives noncentrality 80, rejected with probability > 0.99); the conditional check sees about
+    5,000 rounds, so it catches shifts of about 0.03 (noncentrality ~70)."""
+    vocab = 8
+    generator = torch.Generator().manual_seed(99)
+    q_root = torch.tensor([0.3, 0.05, 0.2, 0.1, 0.05, 0.1, 0.15, 0.05])
+    p_root = torch.tensor([0.1, 0.2, 0.05, 0.25, 0.1, 0.05, 0.15, 0.1])
+    draws = TREE_DRAWS
+    tree = replicate(tree_from_parents([[-1, 0, 0, 0, 1, 2, 3]], num_steps=2), draws)
+    first = torch.multinomial(q_root, 3 * draws, replacement=True, generator=generator).view(draws, 3)
+    q_child = torch.softmax(torch.randn(vocab, vocab, generator=generator), dim=1)  # q at a node whose token is t
+    p_child = torch.softmax(torch.randn(vocab, vocab, generator=generator), dim=1)
+    second = torch.multinomial(q_child[first.reshape(-1)], 1, generator=generator).view(draws, 3)
+    candidates = torch.cat([torch.zeros(draws, 1, dtype=torch.int64), first, second], dim=1)
+    tokens = candidates.clone()
+    draft = torch.cat([q_root.expand(draws, 1, vocab), q_child[tokens[:, 1:4]], torch.full((draws, 3, vocab), 1.0 / vocab)], dim=1)
+    target = torch.cat([p_root.expand(draws, 1, vocab), p_child[tokens[:, 1:4]], torch.full((draws, 3, vocab), 1.0 / vocab)], dim=1)
+    coins, final_coins = torch.rand(draws, 7, generator=generator), torch.rand(draws, generator=generator)
+    device = backend.device
+    verdict = backend.verify_tree_sampling(tree_to(tree, device), *_to(device, candidates, draft.contiguous(), target.contiguous(),
+                                                                        coins, final_coins))
+    predict = verdict.predict.cpu().view(draws, 7)
+    emitted_first = predict[:, 0].long()
+    assert _chi_square(emitted_first, p_root) < CHI_SQUARE_LIMIT
+    # Second token given the first = 3: the path went to a child with token 3, or the bonus was 3
+    # (then no second token exists this round); among rounds that accepted a first child with
+    # token 3, the next emitted token must follow p_child[3].
+    path = verdict.accept_index.cpu() - (torch.arange(draws) * 7)[:, None]
+    went = (verdict.num_correct.cpu() >= 1) & (emitted_first == 3)
+    second_tokens = predict[went].gather(1, path[went][:, 1:2].long())[:, 0].long()
+    assert _chi_square(second_tokens, p_child[3]) < CHI_SQUARE_LIMIT
