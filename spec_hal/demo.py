@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens to generate per request (default 32)")
     parser.add_argument("--batch-size", type=int, default=2, help="requests (default 2; prompts are rotations of one)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling coins (default 0)")
+    parser.add_argument("--grammar", action="store_true",
+                        help="constrain the output with a small regular language (running token sum mod 3 never 0) "
+                             "through vocabulary bitmasks; greedy output is checked against constrained greedy decoding")
 
 
 class ProgressBar:
@@ -62,6 +65,7 @@ def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
     from .errors import BackendUnavailable, InvalidInput
     from .selection import get_backend
     from .testing.engine import EngineConfig, SpeculativeEngine
+    from .testing.grammar import ModularSumGrammar
     from .testing.models import NoisyDraftModel, TargetModel
 
     try:
@@ -77,7 +81,8 @@ def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
         # which costs far more than the work on a loaded 2-core machine.
         torch.set_num_threads(1)
     config = EngineConfig(steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens, page_size=args.page_size,
-                          temperature=args.temperature, graphs=args.graphs, max_tokens=args.max_tokens)
+                          temperature=args.temperature, graphs=args.graphs, max_tokens=args.max_tokens,
+                          grammar=ModularSumGrammar(vocab_size=VOCAB, modulus=3) if getattr(args, "grammar", False) else None)
     target = TargetModel(vocab_size=VOCAB, hidden_size=HIDDEN, recurrent=args.hybrid, context_gain=CONTEXT_GAIN)
     draft = NoisyDraftModel(target, noise=DRAFT_NOISE)
     prompt = prompts(args.batch_size)
@@ -90,10 +95,18 @@ def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
         return 2
     elapsed = time.perf_counter() - start
     _print_report(out, backend, config, args, prompt, result, elapsed, engine)
+    if config.grammar is not None:
+        in_language = config.grammar.accepts(result.tokens)
+        print(f"output in the grammar's language: {'yes' if in_language else 'NO'}", file=out)
+        if not in_language:
+            return 1
     if config.temperature == 0:
-        expected = target.greedy(prompt.to(backend.device), config.max_tokens).cpu()
+        prompt_on_device = prompt.to(backend.device)
+        expected = (config.grammar.greedy(target, prompt_on_device, config.max_tokens) if config.grammar is not None
+                    else target.greedy(prompt_on_device, config.max_tokens)).cpu()
         same = torch.equal(result.tokens, expected)
-        print(f"speculative output == greedy target output: {'yes' if same else 'NO'}", file=out)
+        kind = "constrained greedy" if config.grammar is not None else "greedy"
+        print(f"speculative output == {kind} target output: {'yes' if same else 'NO'}", file=out)
         return 0 if same else 1
     return 0
 

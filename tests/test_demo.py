@@ -40,3 +40,10 @@ def test_demo_sampling_attention_only_without_graphs():
 
 def test_demo_rejects_bad_sizes():
     assert _demo("--max-tokens", "0")[0] == 2
+
+
+def test_demo_grammar_checks_constrained_greedy():
+    code, text = _demo("--max-tokens", "6", "--batch-size", "1", "--grammar")
+    assert code == 0
+    assert "output in the grammar's language: yes" in text
+    assert "speculative output == constrained greedy target output: yes" in text
