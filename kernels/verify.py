@@ -685,8 +685,8 @@ def compile_specs(target: KernelTarget):
             {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
              "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
              "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
-             "N_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
-            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
+             "N_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr", "HAS_DRAFT_PROBS": "constexpr"},
+            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "BLOCK_V": sampling.block_v, "NB_PAD": blocks, "HAS_DRAFT_PROBS": True},
             sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab,
             stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab)
     return specs
