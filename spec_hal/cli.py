@@ -1,4 +1,4 @@
-"""The ``spec-hal`` command: ``demo``, ``info``, ``conformance``, ``compile-matrix``."""
+"""The ``spec-hal`` command: ``demo``, ``info``, ``conformance``, ``compile-matrix``, ``bench``."""
 from __future__ import annotations
 
 import argparse
@@ -51,6 +51,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    return run_bench(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .demo import add_arguments as add_demo_arguments
 
@@ -89,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--known-issues", metavar="FILE",
                         help="TOML manifest of expected failures (ci/xfail/compile-matrix.toml); stale entries exit 6")
     matrix.set_defaults(run=_compile_matrix)
+
+    from .bench import add_arguments as add_bench_arguments
+
+    bench = commands.add_parser("bench", help="benchmark the selected backend; tables, JSON and markdown for a vendor's CI")
+    add_bench_arguments(bench)
+    bench.set_defaults(run=_bench)
     return parser
 
 

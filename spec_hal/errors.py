@@ -38,3 +38,18 @@ class InvalidInput(SpecHalError, ValueError):
 
 class GraphStateError(SpecHalError, RuntimeError):
     """A captured function changed an input buffer that it did not declare mutable."""
+
+
+class RankDivergence(SpecHalError, RuntimeError):
+    """Ranks of one process group hold different values where they must agree (tensor-parallel
+    ranks that accepted different tokens). Raised by :func:`spec_hal.distributed.check_consensus`
+    on every rank at once, instead of the deadlock that the next shape-dependent collective would
+    cause.
+
+    ``ranks``: the group ranks whose fingerprint differs from the reference rank's;
+    ``reference``: that rank; ``tensors``: the names of the tensors that differ.
+    """
+
+    def __init__(self, message: str, *, ranks: tuple, reference: int, tensors: tuple):
+        self.ranks, self.reference, self.tensors = ranks, reference, tensors
+        super().__init__(message)

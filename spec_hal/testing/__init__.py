@@ -9,6 +9,8 @@ and the demo.
   acceptance); :class:`OracleDraftModel`: predicts a given continuation (or never agrees).
 * :class:`SpeculativeEngine` / :class:`EngineConfig` (``spec_hal.testing.engine``): the
   speculative-decoding loop made of spec_hal ops, over a paged KV cache.
+* :class:`~spec_hal.testing.tp_engine.TensorParallelEngine` (``spec_hal.testing.tp_engine``, not
+  imported here): the same loop on tensor-parallel ranks (docs/distributed.md).
 
 Draft models follow the ``run_draft`` interface (DESIGN.md §4):
 ``model(input_ids, positions, hidden, step) -> (logits, hidden)``.

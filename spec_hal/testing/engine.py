@@ -22,8 +22,10 @@ request (accepted drafts and the bonus).
 Everything inside a round runs on the backend's device without a host read; the only host read is
 the end-of-round check "every request has max_tokens tokens". Random coins (sampling) are drawn
 from a seeded ``torch.Generator`` on the host before the round and copied to the device, outside
-the sync guard. Timing (``timing=True``) synchronises the device around each op family's calls
-(only then), so that host wall time is attributed to the family that spent it.
+the sync guard. Timing (``timing=True``) times every op call and model forward of a round as a
+named section (``Generation.timings``): host wall time with the device synchronised around each
+section (only then), or with ``device_timing=True`` on CUDA device time from CUDA events and no
+synchronisation inside a round. Under ``graphs=True`` the captured draft + tree is one section.
 """
 from __future__ import annotations
 
@@ -41,7 +43,6 @@ from ..types import DraftState, DraftTree
 from .models import DTYPE
 
 
-
 @dataclass(frozen=True)
 class EngineConfig:
     """S draft steps, top-k K, N tree nodes (root included); temperature 0 is greedy."""
@@ -54,6 +55,7 @@ class EngineConfig:
     graphs: bool = False
     max_tokens: int = 16
     grammar: Optional[object] = None  # e.g. testing.grammar.ModularSumGrammar: constrains the output
+    max_rounds: Optional[int] = None  # stop after this many rounds even if tokens are missing (fixed-length runs)
 
 
 @dataclass
@@ -63,7 +65,7 @@ class Generation:
     tokens:       (bs, max_tokens) int64 generated tokens.
     accept_lens:  (rounds, bs) int64 tokens emitted per request per round.
     active:       (rounds, bs) bool: the request still needed tokens in that round.
-    timings:      family -> seconds (empty unless timing was enabled).
+    timings:      section (op name or model forward) -> seconds (empty unless timing was enabled).
     """
 
     tokens: torch.Tensor
@@ -86,12 +88,27 @@ class Generation:
         return self.tokens.shape[1] / max(self.rounds, 1)
 
 
-class Timer:
-    """Host wall time per op family; syncs the device around a section only when enabled."""
+# Timing sections that are not one op: model forwards, and the draft loop (model forwards and ops).
+TARGET, PREFILL, DRAFT_EXTEND_MODEL = "target forward", "prefill (target)", "draft extend: model"
+DRAFT_LOOP = "run_draft (draft model + draft_topk + expand_tree)"
+DRAFT_TREE_GRAPH = "draft + tree (GraphRunner: draft model + ops)"
+MODEL_SECTIONS = (TARGET, PREFILL, DRAFT_EXTEND_MODEL)
+MIXED_SECTIONS = (DRAFT_LOOP, DRAFT_TREE_GRAPH)
 
-    def __init__(self, device: torch.device, *, enabled: bool):
+
+class Timer:
+    """Time per section (an op, or a model forward), only when enabled.
+
+    Off CUDA, or without ``device_events``: host wall time, the device synchronised around each
+    section. With ``device_events`` on CUDA: device time between two CUDA events recorded around
+    the section, no synchronisation inside a round (the events are read once, by ``totals()``).
+    """
+
+    def __init__(self, device: torch.device, *, enabled: bool, device_events: bool = False):
         self.device, self.enabled = device, enabled
+        self.device_events = device_events and device.type == "cuda"
         self.seconds: "OrderedDict[str, float]" = OrderedDict()
+        self._events: list = []
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -102,22 +119,40 @@ class Timer:
         if not self.enabled:
             yield
             return
+        if self.device_events:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self.seconds.setdefault(family, 0.0)  # first-use order
+            self._events.append((family, start, end))
+            return
         self._sync()
         start = time.perf_counter()
         yield
         self._sync()
         self.seconds[family] = self.seconds.get(family, 0.0) + time.perf_counter() - start
 
+    def totals(self) -> "OrderedDict[str, float]":
+        """Seconds per section so far (reads the recorded events: one device synchronisation)."""
+        if self._events:
+            self._sync()
+            for family, start, end in self._events:
+                self.seconds[family] += start.elapsed_time(end) / 1e3
+            self._events.clear()
+        return OrderedDict(self.seconds)
+
 
 class PagedKVCache:
     """Target K/V in pages of ``page_size`` slots, addressed through ``req_to_token``.
 
-    keys, values: (num_slots, H) float64; slot 0..page_size-1 (page 0) is never handed out.
+    keys, values: (num_slots, H) in ``dtype``; slot 0..page_size-1 (page 0) is never handed out.
     req_to_token: (R, width) int64, position -> slot, built from a shuffled page table so that
     consecutive pages of a request are not adjacent in the pool.
     """
 
-    def __init__(self, *, rows: int, width: int, page_size: int, hidden_size: int, device, seed: int = 0):
+    def __init__(self, *, rows: int, width: int, page_size: int, hidden_size: int, device, seed: int = 0,
+                 dtype: torch.dtype = DTYPE):
         pages_per_row = math.ceil(width / page_size)
         generator = torch.Generator().manual_seed(seed)
         page_table = (torch.randperm(rows * pages_per_row, generator=generator) + 1).view(rows, pages_per_row)
@@ -125,8 +160,8 @@ class PagedKVCache:
         self.page_size = page_size
         self.req_to_token = slots.reshape(rows, -1)[:, :width].contiguous().to(device)
         num_slots = (rows * pages_per_row + 1) * page_size
-        self.keys = torch.zeros(num_slots, hidden_size, dtype=DTYPE, device=device)
-        self.values = torch.zeros(num_slots, hidden_size, dtype=DTYPE, device=device)
+        self.keys = torch.zeros(num_slots, hidden_size, dtype=dtype, device=device)
+        self.values = torch.zeros(num_slots, hidden_size, dtype=dtype, device=device)
 
 
 def tree_parents(mask: torch.Tensor) -> torch.Tensor:
@@ -149,7 +184,7 @@ class SpeculativeEngine:
     around the device work of each round (the conformance suite passes ``no_host_sync``).
     """
 
-    def __init__(self, target, draft, *, ops, config: EngineConfig, timing: bool = False,
+    def __init__(self, target, draft, *, ops, config: EngineConfig, timing: bool = False, device_timing: bool = False,
                  guard: Optional[Callable] = None, run_draft: Optional[Callable] = None):
         from ..draft_loop import run_draft as default_run_draft
 
@@ -157,7 +192,7 @@ class SpeculativeEngine:
         self.device = ops.device
         self.target.to(self.device)  # weights on the device once: copies inside a round would sync
         self.draft.to(self.device)
-        self.timer = Timer(self.device, enabled=timing)
+        self.timer = Timer(self.device, enabled=timing, device_events=device_timing)
         self.guard = guard or (lambda device: contextlib.nullcontext())
         self.run_draft = run_draft or default_run_draft
         self._graph: Optional[GraphRunner] = None
@@ -177,8 +212,8 @@ class SpeculativeEngine:
         hidden = target.embed(tokens)
         states = None
         if target.recurrent:
-            ssm = torch.empty(bs, nodes + 1, *live[0].shape[1:], dtype=DTYPE, device=self.device)
-            conv = torch.empty(bs, nodes + 1, *live[1].shape[1:], dtype=DTYPE, device=self.device)
+            ssm = torch.empty(bs, nodes + 1, *live[0].shape[1:], dtype=live[0].dtype, device=self.device)
+            conv = torch.empty(bs, nodes + 1, *live[1].shape[1:], dtype=live[1].dtype, device=self.device)
             ssm[:, 0], conv[:, 0] = live
             rows = torch.arange(bs, device=self.device)
             for j in range(nodes):  # parents precede children: node j's parent state is ready
@@ -205,7 +240,7 @@ class SpeculativeEngine:
         width = prompt_len + cfg.max_tokens * (cfg.steps + 1) + cfg.draft_tokens + 1
         self.req_pool_indices = torch.arange(bs, device=self.device).flip(0)  # pool row != batch row
         self.cache = PagedKVCache(rows=bs, width=width, page_size=cfg.page_size, hidden_size=self.target.hidden_size,
-                                  device=self.device)
+                                  device=self.device, dtype=getattr(self.target, "dtype", DTYPE))
         if self.target.recurrent:
             ssm, conv = self.target.initial_recurrent_state(bs + 2, self.device)
             self.ssm_pool, self.conv_pool = ssm[None], conv[None]  # (L=1, slots, ...); slot 0 unused
@@ -234,8 +269,10 @@ class SpeculativeEngine:
 
     def _draft_extend(self, roots: torch.Tensor, seq_lens: torch.Tensor) -> DraftState:
         """The draft's first top-k for each root (by the EAGLE shift it runs at position seq_len - 1)."""
-        logits, _ = self.draft(roots, seq_lens - 1, None, 0)
-        probs, ids = self.ops.draft_topk(logits, self.config.topk)
+        with self.timer.section(DRAFT_EXTEND_MODEL):
+            logits, _ = self.draft(roots, seq_lens - 1, None, 0)
+        with self.timer.section("draft_topk (extend)"):
+            probs, ids = self.ops.draft_topk(logits, self.config.topk)
         return DraftState(roots=roots, positions=seq_lens, probs=probs, ids=ids)
 
     def _draft_tree_tensors(self, *, roots, positions, probs, ids) -> dict:
@@ -244,10 +281,11 @@ class SpeculativeEngine:
         state = DraftState(roots=roots, positions=positions, probs=probs, ids=ids)
         # Inside a captured graph nothing may synchronise: the runner's call is timed as a whole.
         section = self.timer.section if not cfg.graphs else (lambda family: contextlib.nullcontext())
-        with section("draft"):
+        with section(DRAFT_LOOP):
             result = self.run_draft(self.draft, state, steps=cfg.steps, topk=cfg.topk, backend=self.ops)
-        with section("tree"):
+        with section("organize_draft"):
             parents, selected, draft_tokens = self.ops.organize_draft(result.records, cfg.draft_tokens)
+        with section("build_tree"):
             tree = self.ops.build_tree(roots, parents, selected, draft_tokens, positions, topk=cfg.topk)
         bs = roots.shape[0]
         return {"tokens": tree.tokens.view(bs, -1), "positions": tree.positions.view(bs, -1),
@@ -264,7 +302,7 @@ class SpeculativeEngine:
     def _draft_tree(self, state: DraftState) -> DraftTree:
         inputs = {"roots": state.roots, "positions": state.positions, "probs": state.probs, "ids": state.ids}
         if self.config.graphs:
-            with self.timer.section("draft + tree (graph)"):
+            with self.timer.section(DRAFT_TREE_GRAPH):
                 out = self._graph.run(**inputs)
         else:
             out = self._draft_tree_tensors(**inputs)
@@ -298,22 +336,24 @@ class SpeculativeEngine:
 
             states_at_nodes = node_states(self.config.grammar, tree, grammar_states)
             bitmask = self.config.grammar.bitmask(states_at_nodes)
-        with timer.section("target"):
+        with timer.section(TARGET):
             nodes = tree.num_nodes
             slots = self.cache.req_to_token[self.req_pool_indices[:, None], seq_lens[:, None] + torch.arange(nodes, device=self.device)]
             live = self.live_recurrent_state() if self.target.recurrent else None
             logits, states = self._target_forward(tree.tokens.view(bs, nodes), tree.positions.view(bs, nodes),
                                                   tree_parents(tree.mask), tree.mask, slots, seq_lens, live)
-        with timer.section("verify"):
+        with timer.section("verify_greedy" if self.config.temperature == 0 else "verify_sampling"):
             verdict = self._verify(tree, logits, coins, bitmask)
-        with timer.section("compaction"):
+        with timer.section("bonus_tokens"):
             roots = ops.bonus_tokens(verdict).long()
+        with timer.section("compact_accepted"):
             emitted = ops.compact_accepted(verdict.predict, verdict).view(bs, nodes)
-        with timer.section("kv"):
+        with timer.section("accepted_kv_moves"):
             src, dst = ops.accepted_kv_moves(verdict, slots)
+        with timer.section("move_kv"):
             ops.move_kv([self.cache.keys, self.cache.values], src, dst)
         if states is not None:
-            with timer.section("mamba"):
+            with timer.section("commit_mamba_state"):
                 ops.commit_mamba_state(verdict=verdict, seq_lens=seq_lens, slots=self.mamba_slots,
                                        ssm_state=self.ssm_pool, ssm_intermediate=states[0][None],
                                        conv_state=self.conv_pool, conv_intermediate=states[1][None])
@@ -351,10 +391,9 @@ class SpeculativeEngine:
             self._build_graph(bs)
         grammar_states = cfg.grammar.initial_state(bs, device) if cfg.grammar is not None else None
         with self.guard(device):
-            with self.timer.section("target"):
+            with self.timer.section(PREFILL):
                 self._prefill(prompt)
-            with self.timer.section("draft extend"):
-                state = self._draft_extend(roots, seq_lens)
+            state = self._draft_extend(roots, seq_lens)
         accept_history, active_history = [], []
         while True:
             coins = self._draw_coins(generator, bs)
@@ -368,14 +407,13 @@ class SpeculativeEngine:
                 out_lens = out_lens + accept_lens
                 seq_lens = seq_lens + accept_lens
                 accept_history.append(accept_lens)
-                with self.timer.section("draft extend"):
-                    state = self._draft_extend(roots, seq_lens)
+                state = self._draft_extend(roots, seq_lens)
             if first_round_hook is not None and len(accept_history) == 1:
                 first_round_hook(self, emitted, verdict)
             slowest = int(out_lens.min())  # the one host read per round
             if progress is not None:
                 progress(min(slowest, cfg.max_tokens), cfg.max_tokens)
-            if slowest >= cfg.max_tokens:
+            if slowest >= cfg.max_tokens or len(accept_history) == cfg.max_rounds:
                 break
         return Generation(tokens=out[:, :cfg.max_tokens].cpu(), accept_lens=torch.stack(accept_history).cpu(),
-                          active=torch.stack(active_history).cpu(), timings=dict(self.timer.seconds))
+                          active=torch.stack(active_history).cpu(), timings=dict(self.timer.totals()))

@@ -30,8 +30,11 @@ def rope(x: torch.Tensor, positions: torch.Tensor, *, base: float = ROPE_BASE) -
     return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1).to(x.dtype)
 
 
-def _weights(generator: torch.Generator, rows: int, cols: int, scale: float) -> torch.Tensor:
-    return torch.randn(rows, cols, generator=generator, dtype=DTYPE) * scale
+def _weights(generator: torch.Generator, rows: int, cols: int, scale: float, dtype: torch.dtype = DTYPE) -> torch.Tensor:
+    """Seeded N(0, scale^2) weights on the generator's device, drawn in ``dtype`` (float64 by
+    default: the small models' values must not change; the realistic-size demo draws bfloat16 on
+    the GPU directly, 1 GB per matrix)."""
+    return torch.randn(rows, cols, generator=generator, dtype=dtype, device=generator.device) * scale
 
 
 class _DraftLayer:
@@ -136,18 +139,19 @@ class TargetModel:
     CONV_WIDTH = 2
 
     def __init__(self, *, vocab_size: int = 64, hidden_size: int = 16, seed: int = 1, recurrent: bool = False,
-                 context_gain: float = 1.0):
-        generator = torch.Generator().manual_seed(seed)
-        self.vocab_size, self.hidden_size, self.recurrent = vocab_size, hidden_size, recurrent
+                 context_gain: float = 1.0, dtype: torch.dtype = DTYPE, device=None):
+        # ``device``: draw the weights there (a realistic size drawn on the CPU takes tens of seconds)
+        generator = torch.Generator(device=device or "cpu").manual_seed(seed)
+        self.vocab_size, self.hidden_size, self.recurrent, self.dtype = vocab_size, hidden_size, recurrent, dtype
         scale = 1.0 / hidden_size ** 0.5
-        self.embedding = _weights(generator, vocab_size, hidden_size, 1.0)
-        self.w_query, self.w_key = (_weights(generator, hidden_size, hidden_size, 2 * scale) for _ in range(2))
-        self.w_value = _weights(generator, hidden_size, hidden_size, context_gain * scale)
-        self.w_head = _weights(generator, hidden_size, vocab_size, 4.0 * scale)
-        self.conv = torch.tensor([1.0, 0.5, 0.25], dtype=DTYPE)
-        self.w_in = _weights(generator, hidden_size, hidden_size, scale)
+        self.embedding = _weights(generator, vocab_size, hidden_size, 1.0, dtype)
+        self.w_query, self.w_key = (_weights(generator, hidden_size, hidden_size, 2 * scale, dtype) for _ in range(2))
+        self.w_value = _weights(generator, hidden_size, hidden_size, context_gain * scale, dtype)
+        self.w_head = _weights(generator, hidden_size, vocab_size, 4.0 * scale, dtype)
+        self.conv = torch.tensor([1.0, 0.5, 0.25], dtype=dtype, device=generator.device)
+        self.w_in = _weights(generator, hidden_size, hidden_size, scale, dtype)
         self.recurrent_gain = context_gain
-        self.w_rec = _weights(generator, hidden_size, hidden_size, 1.5 * scale)
+        self.w_rec = _weights(generator, hidden_size, hidden_size, 1.5 * scale, dtype)
 
     def to(self, device) -> "TargetModel":
         """Move the weights to ``device`` (in place; returns self) so that calls do no copies."""
@@ -162,9 +166,9 @@ class TargetModel:
         return self.embedding[tokens.long()]
 
     def initial_recurrent_state(self, batch: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Zero SSM state (batch, H) and conv window (batch, CONV_WIDTH, H), float64."""
-        return (torch.zeros(batch, self.hidden_size, dtype=DTYPE, device=device),
-                torch.zeros(batch, self.CONV_WIDTH, self.hidden_size, dtype=DTYPE, device=device))
+        """Zero SSM state (batch, H) and conv window (batch, CONV_WIDTH, H), in the model's dtype."""
+        return (torch.zeros(batch, self.hidden_size, dtype=self.dtype, device=device),
+                torch.zeros(batch, self.CONV_WIDTH, self.hidden_size, dtype=self.dtype, device=device))
 
     def recurrent_step(self, features, ssm, conv) -> tuple[torch.Tensor, torch.Tensor]:
         """One token: features (B, H), ssm (B, H), conv (B, W, H) -> new (ssm, conv)."""
@@ -199,7 +203,7 @@ class TargetModel:
         return torch.stack(states, dim=1), ssm, conv
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (bs, L) int at positions 0..L-1 -> logits (bs, L, V) float64 (row t predicts t+1)."""
+        """tokens (bs, L) int at positions 0..L-1 -> logits (bs, L, V) in the model's dtype (row t predicts t+1)."""
         length = tokens.shape[-1]
         positions = torch.arange(length, device=tokens.device).expand(tokens.shape)
         hidden = self.embed(tokens)
@@ -226,21 +230,35 @@ class NoisyDraftModel:
     embedding, plus fixed per-token noise. It agrees with the target's argmax most of the time
     (the target's current-token term dominates) but not always (context and noise decide the
     rest). Follows the ``run_draft`` interface; the returned hidden state is the embedding.
+
+    The noise is a (V, V) table of N(0, noise^2) entries, row = current token; with
+    ``noise_rank=r`` it is the product of (V, r) and (r, V) factors with the same entry variance
+    (a V = 128256 table would take 33 GB in bfloat16). Drawn in the target's dtype, on its device.
     """
 
-    def __init__(self, target: TargetModel, *, noise: float = 0.5, seed: int = 2):
-        generator = torch.Generator().manual_seed(seed)
+    def __init__(self, target: TargetModel, *, noise: float = 0.5, seed: int = 2, noise_rank: Optional[int] = None):
+        generator = torch.Generator(device=target.embedding.device).manual_seed(seed)
         self.target = target
-        self.noise = _weights(generator, target.vocab_size, target.vocab_size, noise)
+        dtype, vocab = target.dtype, target.vocab_size
+        if noise_rank is None:
+            self.noise, self.noise_factor = _weights(generator, vocab, vocab, noise, dtype), None
+        else:
+            self.noise = _weights(generator, vocab, noise_rank, 1.0, dtype)
+            self.noise_factor = _weights(generator, noise_rank, vocab, noise / noise_rank ** 0.5, dtype)
 
     def to(self, device) -> "NoisyDraftModel":
         self.target.to(device)
         self.noise = self.noise.to(device)
+        if self.noise_factor is not None:
+            self.noise_factor = self.noise_factor.to(device)
         return self
 
     def __call__(self, input_ids, positions, hidden, step):
         features = self.target.embed(input_ids)
-        return self.target.head(features) + self.noise[input_ids.long()], features
+        noise = self.noise[input_ids.long()]
+        if self.noise_factor is not None:
+            noise = noise @ self.noise_factor
+        return self.target.head(features) + noise, features
 
 
 class OracleDraftModel:

@@ -1,14 +1,14 @@
 """Benchmark of family ``graphs``: one draft loop, eager versus replayed by ``spec_hal.GraphRunner``.
 
-The captured function is a representative EAGLE-style draft loop (the lead swaps in the real
-draft step when ``run_draft`` lands): S steps of a small "model" (embedding gather, one hidden
+The captured function is a representative EAGLE-style draft loop (``draft_step`` times the real
+``run_draft``): S steps of a small "model" (embedding gather, one hidden
 matmul, tanh, the LM-head matmul to V logits), ``draft_topk`` through the backend, the beam
 expansion in torch ops (path scores, top-K of K*K candidates, parent lanes, hidden gather), and
 the final choice of the N-1 best candidates. (S, K, N) in {(3, 1, 4), (5, 4, 8)}, bs in {1, 16, 64}.
 
 Columns: median time per loop of the eager call, of ``runner.run`` (copy-in, padding, replay,
-write-back and output clones included) and of ``torch.compile`` of the eager loop, all in the
-same run; launches per loop counted with ``torch.profiler``:
+write-back and output clones included) and of ``torch.compile`` of the eager loop (with
+``--compile-slow``), all in the same run; launches per loop counted with ``torch.profiler``:
 * host launches: CPU-side runtime/driver calls that submit GPU work (cudaLaunchKernel,
   cuLaunchKernel(Ex), cudaGraphLaunch, cudaMemcpyAsync, cudaMemsetAsync and the hip* twins);
   eager pays each kernel's launch, a replay pays one graph launch plus the runner's copies;
@@ -16,26 +16,24 @@ same run; launches per loop counted with ``torch.profiler``:
   there too, so this is the work, not the launch count).
 Goal (issue 6): replay <= 1/3 of eager at bs = 1.
 
-Run: ``python benchmarks/graphs.py [--quick] [--no-compile]``.
+Run: ``spec-hal bench --only graphs``.
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import common_arguments, fmt_ratio, fmt_us, header, maybe_compile, time_or_none  # noqa: E402
+from . import harness
+from .report import Column, Context, Table, ratio, us
 
-import spec_hal  # noqa: E402
-from spec_hal.selection import backend_for_device  # noqa: E402
-
-SHAPES = ((3, 1, 4), (5, 4, 8))
-BATCHES = (1, 16, 64)
-LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
-               "cudaMemcpyAsync", "cudaMemsetAsync", "hipLaunchKernel", "hipModuleLaunchKernel",
-               "hipExtModuleLaunchKernel", "hipGraphLaunch", "hipMemcpyAsync", "hipMemsetAsync", "hipMemcpyWithStream")
+SIZES = {
+    "quick": dict(shapes=((3, 1, 4),), batches=(1, 16), vocab=4096, hidden=256),
+    "full": dict(shapes=((3, 1, 4), (5, 4, 8)), batches=(1, 16, 64), vocab=32000, hidden=1024),
+}
+COLUMNS = [Column("shape", "(S, K, N)"), Column("bs", "bs", "int"), Column("mode", "mode"), Column("eager_us", "eager us", "us"),
+           Column("replay_us", "replay us", "us"), Column("replay_over_eager", "replay/eager", "ratio"),
+           Column("compile_us", "torch.compile us", "us"), Column("host_launches_eager", "host launches eager", "int"),
+           Column("host_launches_replay", "host launches replay", "int"), Column("kernels_eager", "GPU kernels eager", "int"),
+           Column("kernels_replay", "GPU kernels replay", "int")]
 
 
 class DraftLoop:
@@ -81,62 +79,38 @@ class DraftLoop:
         return {"tokens": tokens, "scores": all_scores, "parents": all_parents, "selected": selected}
 
 
-def count_launches(fn, device: torch.device) -> tuple[str, str]:
-    """(host launches, GPU kernels) of one call, from torch.profiler; "-" where not measurable."""
-    if device.type != "cuda":
-        return "-", "-"
-    from torch.profiler import ProfilerActivity, profile
+def run(ctx: Context) -> list[Table]:
+    import spec_hal
 
-    fn()
-    torch.cuda.synchronize(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize(device)
-    host = sum(1 for event in prof.events() if event.name in LAUNCH_APIS)
-    gpu = sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
-    return str(host), str(gpu)
-
-
-def main() -> None:
-    parser = common_arguments(__doc__.splitlines()[0])
-    parser.add_argument("--vocab", type=int, default=32000)
-    parser.add_argument("--hidden", type=int, default=1024)
-    args = parser.parse_args()
-    device = torch.device(args.device)
-    backend = backend_for_device(device)
+    device, backend, sizes = ctx.device, ctx.backend, SIZES[ctx.sizes]
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    shapes, batches = (SHAPES[:1], BATCHES[:2]) if args.quick else (SHAPES, BATCHES)
-    timing = {"warmup": 1, "repeat": 3, "trials": 3} if args.quick else {}
-    vocab, hidden_size = (min(args.vocab, 4096), min(args.hidden, 256)) if args.quick else (args.vocab, args.hidden)
-    command = "python benchmarks/graphs.py" + (" --quick" if args.quick else "") + (" --no-compile" if args.no_compile else "")
-    print(header(f"graphs: draft loop eager vs GraphRunner replay (V={vocab}, H={hidden_size}, {str(dtype)[6:]}, backend {backend.name})",
-                 device, command))
-    print("| (S, K, N) | bs | mode | eager us | replay us | replay/eager | torch.compile us | host launches eager | host launches replay | GPU kernels eager | GPU kernels replay |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for steps, topk, num_draft_tokens in shapes:
+    vocab, hidden_size = sizes["vocab"], sizes["hidden"]
+    compile_slow = ctx.compile and ctx.compile_slow
+    table = Table("graphs", f"draft loop eager vs GraphRunner replay (V={vocab}, H={hidden_size}, {str(dtype)[6:]}, backend {backend.name})",
+                  COLUMNS, notes=["replay/eager <= 0.33x at bs = 1 is the goal of issue 6; launches counted with torch.profiler.",
+                                  *([] if compile_slow else ["torch.compile of the loop: only with --compile-slow."])])
+    for steps, topk, num_draft_tokens in sizes["shapes"]:
         loop = DraftLoop(backend, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, vocab=vocab,
                          hidden_size=hidden_size, dtype=dtype, device=device)
         examples = {"input_ids": torch.empty(0, dtype=torch.int64, device=device),
                     "positions": torch.empty(0, dtype=torch.int64, device=device),
                     "hidden": torch.empty(0, hidden_size, dtype=dtype, device=device)}
-        runner = spec_hal.GraphRunner(loop, inputs=examples, batch_sizes=batches)
-        compiled = None if args.no_compile else maybe_compile(loop.__call__, device)
-        for bs in batches:
+        runner = spec_hal.GraphRunner(loop, inputs=examples, batch_sizes=sizes["batches"])
+        compiled = harness.maybe_compile(loop.__call__) if compile_slow else None
+        for bs in sizes["batches"]:
+            ctx.progress(f"graphs bs={bs} (S, K, N)=({steps}, {topk}, {num_draft_tokens})")
             generator = torch.Generator().manual_seed(bs)
             inputs = {"input_ids": torch.randint(0, vocab, (bs,), generator=generator).to(device),
                       "positions": torch.randint(0, 4000, (bs,), generator=generator).to(device),
                       "hidden": (torch.randn(bs, hidden_size, generator=generator) * 0.1).to(device, dtype)}
-            eager_s = time_or_none(lambda: loop(**inputs), device, **timing)
-            replay_s = time_or_none(lambda: runner.run(**inputs), device, **timing)
-            compile_s = time_or_none(None if compiled is None else (lambda: compiled(**inputs)), device, **timing)
-            host_eager, gpu_eager = count_launches(lambda: loop(**inputs), device)
-            host_replay, gpu_replay = count_launches(lambda: runner.run(**inputs), device)
-            print(f"| ({steps}, {topk}, {num_draft_tokens}) | {bs} | {runner.mode} | {fmt_us(eager_s)} | {fmt_us(replay_s)} | "
-                  f"{fmt_ratio(replay_s, eager_s)} | {fmt_us(compile_s)} | {host_eager} | {host_replay} | {gpu_eager} | {gpu_replay} |")
+            eager_s = harness.time_or_none(lambda: loop(**inputs), device, **ctx.timing)
+            replay_s = harness.time_or_none(lambda: runner.run(**inputs), device, **ctx.timing)
+            compile_s = harness.time_or_none(None if compiled is None else (lambda: compiled(**inputs)), device, **ctx.timing)
+            host_eager, gpu_eager = harness.count_launches(lambda: loop(**inputs), device)
+            host_replay, gpu_replay = harness.count_launches(lambda: runner.run(**inputs), device)
+            table.add(shape=f"({steps}, {topk}, {num_draft_tokens})", bs=bs, mode=runner.mode, eager_us=us(eager_s), replay_us=us(replay_s),
+                      replay_over_eager=ratio(replay_s, eager_s), compile_us=us(compile_s), host_launches_eager=host_eager,
+                      host_launches_replay=host_replay, kernels_eager=gpu_eager, kernels_replay=gpu_replay)
         if runner.fallback_reason:
-            print(f"\nnote: {runner.fallback_reason}")
-    print("\nreplay/eager <= 0.33x at bs = 1 is the goal of issue 6; launches counted with torch.profiler (see module docstring).")
-
-
-if __name__ == "__main__":
-    main()
+            table.notes.append(f"note: {runner.fallback_reason}")
+    return [table]
