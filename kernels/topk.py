@@ -176,6 +176,9 @@ class TopkLaunch:
     merge_warps: int
 
 
+MASKED_BLOCK = 2048  # widest tile of a masked launch
+
+
 def _padded(count: int) -> int:
     """Power-of-two extent (at least 2) for a tl.arange over ``count`` items."""
     return max(triton.next_power_of_2(count), 2)
@@ -214,6 +217,8 @@ def draft_topk(
     if rows == 0:
         return out[0], out[1]
     config = launch_config(target, rows, vocab)
+    if token_bitmask is not None:  # the mask (and map) loads spill at 16 elements per thread (sm_90)
+        config = TopkLaunch(block=min(config.block, MASKED_BLOCK), tile_warps=config.tile_warps, merge_warps=config.merge_warps)
     num_tiles = triton.cdiv(vocab, config.block)
     # Scratch comes from torch's caching allocator: no device malloc per call, capture-safe.
     tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
@@ -273,26 +278,29 @@ def compile_specs(target: KernelTarget):
     specs = {}
     for rows, vocab in ((1, 151936), (256, 151936), (1, 127)):
         config = launch_config(target, rows, vocab)
-        tiles = _padded(triton.cdiv(vocab, config.block))
         for k in (1, MAX_TOPK):
             for logit_type in _LOGIT_TYPES:
                 for masking in _MASKINGS:
-                    signature, constexprs, values = _tile_signature(logit_type, k, config.block, vocab, *masking)
-                    key = ("tile", logit_type, k, config.block, config.tile_warps, masking)
+                    block = min(config.block, MASKED_BLOCK) if masking[0] else config.block
+                    signature, constexprs, values = _tile_signature(logit_type, k, block, vocab, *masking)
+                    key = ("tile", logit_type, k, block, config.tile_warps, masking)
                     specs[key] = (_tile_topk_kernel, signature, constexprs, config.tile_warps)
                     specs[key + (vocab,)] = runtime_specialized(target, _tile_topk_kernel, signature, constexprs, config.tile_warps,
                                                                 values=values)
-            # Without a token map the placeholder pointer is tile_max (fp32).
-            for map_type, has_map in (("i32", True), ("i64", True), ("fp32", False)):
-                signature = {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
-                             "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
-                             "ids_ptr": "*i64", "num_tiles": "i32", "K": "constexpr", "TILES": "constexpr",
-                             "HAS_TOKEN_MAP": "constexpr"}
-                constexprs = {"K": k, "TILES": tiles, "HAS_TOKEN_MAP": has_map}
-                specs[("merge", map_type, k, tiles, config.merge_warps)] = (_merge_tiles_kernel, signature, constexprs, config.merge_warps)
-                specs[("merge", map_type, k, tiles, config.merge_warps, vocab)] = runtime_specialized(
-                    target, _merge_tiles_kernel, signature, constexprs, config.merge_warps,
-                    values={"num_tiles": triton.cdiv(vocab, config.block)})
+            # Without a token map the placeholder pointer is tile_max (fp32). A masked launch
+            # has narrower tiles (MASKED_BLOCK), so more of them to merge.
+            for block in sorted({config.block, min(config.block, MASKED_BLOCK)}):
+                tiles = _padded(triton.cdiv(vocab, block))
+                for map_type, has_map in (("i32", True), ("i64", True), ("fp32", False)):
+                    signature = {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
+                                 "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
+                                 "ids_ptr": "*i64", "num_tiles": "i32", "K": "constexpr", "TILES": "constexpr",
+                                 "HAS_TOKEN_MAP": "constexpr"}
+                    constexprs = {"K": k, "TILES": tiles, "HAS_TOKEN_MAP": has_map}
+                    specs[("merge", map_type, k, tiles, config.merge_warps)] = (_merge_tiles_kernel, signature, constexprs, config.merge_warps)
+                    specs[("merge", map_type, k, tiles, config.merge_warps, vocab)] = runtime_specialized(
+                        target, _merge_tiles_kernel, signature, constexprs, config.merge_warps,
+                        values={"num_tiles": triton.cdiv(vocab, block)})
     return list(specs.values())
 
 
