@@ -11,12 +11,14 @@ if ! "$PYTHON" -c "import torch" 2>/dev/null; then
     "$PYTHON" -m pip install --quiet "torch==2.13.0"
 fi
 
-extras="test"
+# examples: transformers, for tests/test_examples.py (examples/hf_transformers.py); it does not
+# depend on torch, so nothing here replaces the machine's torch.
+extras="test,examples"
 if ! "$PYTHON" -c "import triton" 2>/dev/null; then
     if "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.version.hip else 1)"; then
         echo "setup: ROCm torch without Triton; install pytorch-triton-rocm (never the CUDA 'triton' wheel)" >&2
     else
-        extras="test,triton"  # the interpreter lane and the offline compile matrix need it
+        extras="$extras,triton"  # the interpreter lane and the offline compile matrix need it
     fi
 fi
 

@@ -25,6 +25,7 @@ FAMILY_MODULES = (
     "spec_hal.kv",
     "spec_hal.tree",
     "spec_hal.ragged",
+    "spec_hal.sampling",
 )
 
 

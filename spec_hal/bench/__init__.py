@@ -2,12 +2,13 @@
 
     spec-hal bench [--backend NAME] [--sizes quick|full] [--only SUITE ...] [--json FILE] [--markdown FILE]
 
-Suites (one module each, ``run(ctx) -> list[Table]``): ``topk``, ``verify``, ``kv``, ``tree``,
+Suites (one module each, ``run(ctx) -> list[Table]``): ``topk``, ``verify``, ``sampling``, ``kv``, ``tree``,
 ``mamba`` (device time per op: CUDA-graph replay and eager, share of the copy bandwidth measured
 in the same run, speed-ups over the torch reference and ``torch.compile`` of it), ``graphs`` and
 ``draft_step`` (draft loop eager vs replayed), ``host`` (host microseconds per eager call of
 every op beside a bare Triton launch and the reference) and ``coldstart`` (first call vs warmed
-call, with and without ``spec_hal.warmup``, and a second process reusing Triton's cache).
+call, with and without ``spec_hal.warmup``, and a second process reusing Triton's cache) and
+``compat`` (the ``spec_hal.compat`` drop-ins against the native op each wraps).
 
 ``--sizes quick`` is a smoke test that runs on a CPU in CI in about a minute and asserts nothing
 about time; ``--sizes full`` is the grid behind BENCHMARKS.md (GPU). The default is full on a GPU
@@ -22,7 +23,7 @@ import importlib
 import sys
 import time
 
-SUITES = ("topk", "verify", "kv", "tree", "mamba", "graphs", "draft_step", "host", "coldstart", "masks")
+SUITES = ("topk", "verify", "sampling", "kv", "tree", "mamba", "graphs", "draft_step", "host", "coldstart", "compat", "masks")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -100,6 +100,24 @@ def _mamba_calls(device) -> dict:
     }
 
 
+def _sampling_calls(device) -> dict:
+    from ..conformance.trees import random_tree, tree_to
+
+    tree, candidates = random_tree(BATCH, NODES, STEPS, seed=6, vocab=VOCAB)
+    generator = torch.Generator().manual_seed(6)
+    logits = torch.randn(BATCH * NODES, VOCAB, generator=generator).to(device)
+    chain_logits = torch.randn(BATCH * (STEPS + 1), VOCAB, generator=generator).to(device)
+    draft_ids = torch.randint(0, VOCAB, (BATCH, STEPS), generator=generator).to(device)
+    params = dict(temperature=torch.full((BATCH,), 0.8, device=device), top_k=torch.full((BATCH,), 50, dtype=torch.int64, device=device),
+                  top_p=torch.full((BATCH,), 0.95, device=device), seed=torch.arange(BATCH, dtype=torch.int64, device=device),
+                  offset=torch.zeros(BATCH, dtype=torch.int64, device=device))
+    return {
+        "process_logits": ((logits,), dict(temperature=0.8, top_k=50, top_p=0.95)),
+        "verify_sampling_from_logits": ((tree_to(tree, device), candidates.to(device), logits), params),
+        "verify_chain_sampling_from_logits": ((draft_ids, None, chain_logits), params),
+    }
+
+
 def op_calls(device: torch.device) -> dict:
     """op name -> (args, kwargs): one small valid call on ``device`` (an entry whose op is not
     registered in this build is ignored by the suites)."""
@@ -107,6 +125,6 @@ def op_calls(device: torch.device) -> dict:
     masked = logits.clone()  # written in place (to -inf where masked: the same on every call)
     every_token = torch.full((BATCH, (TOPK_VOCAB + 31) // 32), -1, dtype=torch.int32, device=device)
     calls = {"draft_topk": ((logits, TOPK), {}), "apply_token_bitmask_": ((masked, every_token), {})}
-    for family in (_verify_calls, _round_calls, _tree_calls, _mamba_calls):
+    for family in (_verify_calls, _sampling_calls, _round_calls, _tree_calls, _mamba_calls):
         calls.update(family(device))
     return calls

@@ -1,0 +1,171 @@
+"""Benchmark of the drop-in entry points (``spec_hal.compat``) against the native op each wraps.
+
+Per function and size: device time of the compat call and of the native call on the same inputs
+(graph replay where both capture, else eager medians), the overhead in microseconds and percent,
+and whether it is within the budget of issue 18 (at most 10% or 5 us over the native op,
+whichever is larger). The compat call includes what the wrapper adds (argument checks under the
+upstream names, buffer views, the copy into the caller's buffers, coins drawn from the generator
+where the upstream function draws its own, the padding of vLLM's ragged layout). Functions with
+no native op yet (top-k/top-p renormalisation, softmax) are timed alone.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from . import harness
+from .report import Column, Context, Table, us
+
+SIZES = {
+    "quick": dict(batches=(1, 4), trees=((4, 3), (8, 4)), vocabs=(1024,)),
+    # (N, S): chain K = 1 and an EAGLE tree.
+    "full": dict(batches=(1, 64, 256), trees=((4, 3), (8, 5)), vocabs=(32000, 128256)),
+}
+MEMORY_LIMIT = 40e9
+BUDGET_US, BUDGET_SHARE = 5.0, 0.10
+COLUMNS = [Column("function", "compat function"), Column("native", "native op"), Column("bs", "bs", "int"), Column("nodes", "N", "int"),
+           Column("vocab", "V", "int"), Column("compat_us", "compat (us)", "us"), Column("native_us", "native (us)", "us"),
+           Column("overhead_us", "overhead (us)", "us"), Column("overhead_share", "overhead", "share"), Column("within_budget", "within budget"),
+           Column("timing", "timed (compat/native)")]
+
+
+def _time(fn, device, timing):
+    """(seconds, "replay" or "eager"): graph replay where ``fn`` captures, else the eager median."""
+    replay = harness.graph_replay_time_s(fn, device)
+    if replay is not None:
+        return replay, "replay"
+    return harness.time_or_none(fn, device, **timing), "eager"
+
+
+def _add(table, function, native, compat, native_timing, **size):
+    (compat_s, compat_mode), (native_s, native_mode) = compat, native_timing or (None, None)
+    overhead = None if compat_s is None or native_s is None else compat_s - native_s
+    within = None if overhead is None else ("yes" if overhead * 1e6 <= max(BUDGET_US, BUDGET_SHARE * native_s * 1e6) else "NO")
+    table.add(function=function, native=native, compat_us=us(compat_s), native_us=us(native_s), overhead_us=us(overhead),
+              overhead_share=None if overhead is None or not native_s else overhead / native_s, within_budget=within,
+              timing=compat_mode if native_mode is None else f"{compat_mode}/{native_mode}", **size)
+
+
+def _tree_inputs(bs, nodes, steps, vocab, device):
+    from ..conformance.trees import random_tree, tree_to
+
+    tree, candidates = random_tree(bs, nodes, steps, seed=bs + nodes, vocab=vocab)
+    tree, candidates = tree_to(tree, device), candidates.to(device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    first_child = candidates.gather(1, tree.retrieve_next_token.clamp(min=0))
+    random_ids = torch.randint(0, vocab, (bs, nodes), device=device, generator=generator)
+    target_predict = torch.where(torch.rand(bs, nodes, device=device, generator=generator) < 0.5, first_child, random_ids)
+    target_probs = torch.softmax(torch.randn(bs, nodes, vocab, device=device, generator=generator), dim=-1)
+    coins = torch.rand(bs, nodes, device=device, generator=generator)
+    final_coins = torch.rand(bs, device=device, generator=generator)
+    return tree, candidates, target_predict, target_probs, coins, final_coins
+
+
+def _verify_rows(ctx, table, bs, nodes, steps, vocab):
+    from ..compat import sgl_kernel
+    from ..types import Verdict
+
+    device, backend, timing = ctx.device, ctx.backend, ctx.timing
+    tree, candidates, target_predict, target_probs, coins, final_coins = _tree_inputs(bs, nodes, steps, vocab, device)
+    predicts = torch.empty(bs * nodes, dtype=torch.int32, device=device)
+    accept_index = torch.empty(bs, steps + 1, dtype=torch.int32, device=device)
+    accept_token_num = torch.empty(bs, dtype=torch.int32, device=device)
+    verdict = Verdict(predicts, accept_index, accept_token_num, torch.empty_like(accept_token_num))
+    links = (tree.retrieve_index, tree.retrieve_next_token, tree.retrieve_next_sibling)
+    size = dict(bs=bs, nodes=nodes, vocab=vocab)
+    _add(table, "sgl_kernel.verify_tree_greedy", "verify_greedy",
+         _time(lambda: sgl_kernel.verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, *links, target_predict), device, timing),
+         _time(lambda: backend.verify_greedy(tree, candidates, target_predict, out=verdict), device, timing), **size)
+    _add(table, "sgl_kernel.tree_speculative_sampling_target_only", "verify_sampling",
+         _time(lambda: sgl_kernel.tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, *links, coins,
+                                                                         final_coins, target_probs), device, timing),
+         _time(lambda: backend.verify_sampling(tree, candidates, target_probs, coins, final_coins, out=verdict), device, timing), **size)
+
+
+def _build_tree_rows(ctx, table, bs, topk, steps, nodes):
+    from .. import tree as tree_reference
+    from ..compat import sgl_kernel
+
+    device, backend, timing = ctx.device, ctx.backend, ctx.timing
+    generator = torch.Generator().manual_seed(bs)
+    expansion = tree_reference.expand_tree(0, None, torch.rand(bs, topk, generator=generator), torch.randint(0, 100, (bs, topk), generator=generator))
+    records = [expansion.record]
+    for step in range(1, steps):
+        expansion = tree_reference.expand_tree(step, expansion.scores, torch.rand(bs * topk, topk, generator=generator),
+                                               torch.randint(0, 100, (bs * topk, topk), generator=generator))
+        records.append(expansion.record)
+    parents, selected, draft_tokens = (t.to(device) for t in tree_reference.organize_draft(records, nodes))
+    seq_lens = torch.full((bs,), 100, dtype=torch.int64, device=device)
+    outputs = dict(tree_mask=torch.empty(bs * nodes * nodes, dtype=torch.bool, device=device),
+                   positions=torch.empty(bs * nodes, dtype=torch.int64, device=device),
+                   retrive_index=torch.empty(bs, nodes, dtype=torch.int64, device=device),
+                   retrive_next_token=torch.empty(bs, nodes, dtype=torch.int64, device=device),
+                   retrive_next_sibling=torch.empty(bs, nodes, dtype=torch.int64, device=device))
+    _add(table, "sgl_kernel.build_tree_kernel_efficient (QLEN_ONLY)", "build_tree",
+         _time(lambda: sgl_kernel.build_tree_kernel_efficient(parents, selected, seq_lens, topk=topk, depth=steps, draft_token_num=nodes,
+                                                              tree_mask_mode=1, **outputs), device, timing),
+         _time(lambda: backend.build_tree(seq_lens, parents, selected, draft_tokens, seq_lens, topk=topk), device, timing),
+         bs=bs, nodes=nodes, vocab=None)
+
+
+def _chain_rows(ctx, table, bs, steps, vocab):
+    from ..compat import flashinfer, vllm
+
+    device, backend, timing = ctx.device, ctx.backend, ctx.timing
+    generator = torch.Generator(device=device).manual_seed(1)
+    draft_probs = torch.softmax(torch.randn(bs, steps, vocab, device=device, generator=generator), dim=-1)
+    target_probs = torch.softmax(torch.randn(bs, steps + 1, vocab, device=device, generator=generator), dim=-1)
+    draft_ids = torch.randint(0, vocab, (bs, steps), device=device, generator=generator)
+    coins = torch.rand(bs, steps, device=device, generator=generator)
+    final_coins = torch.rand(bs, device=device, generator=generator)
+    native_s = _time(lambda: backend.verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins), device, timing)
+    size = dict(bs=bs, nodes=steps + 1, vocab=vocab)
+    _add(table, "flashinfer.chain_speculative_sampling", "verify_chain_sampling",
+         _time(lambda: flashinfer.chain_speculative_sampling(draft_probs, draft_ids, target_probs), device, timing), native_s, **size)
+    # vLLM's flat layout with S drafts per request: the same chains, flattened.
+    flat_ids, flat_draft = draft_ids.reshape(-1), draft_probs.reshape(-1, vocab)
+    flat_target = target_probs[:, :steps].reshape(-1, vocab).contiguous()
+    counts = [steps] * bs
+    cu = torch.arange(1, bs + 1, device=device, dtype=torch.int32) * steps
+    bonus = torch.zeros(bs, 1, dtype=torch.int64, device=device)
+    metadata = SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(bs, device=device), generators={})
+    _add(table, "vllm.rejection_sample (all random)", "verify_chain_sampling",
+         _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, flat_draft, flat_target, bonus, metadata), device, timing),
+         native_s, **size)
+    rows = target_probs[:, 0]
+    no_drafts = torch.empty(bs, 0, dtype=torch.int64, device=device)
+    _add(table, "flashinfer.sampling_from_probs", "verify_chain_sampling (no drafts)",
+         _time(lambda: flashinfer.sampling_from_probs(rows), device, timing),
+         _time(lambda: backend.verify_chain_sampling(no_drafts, draft_probs[:, :0], rows[:, None], coins[:, :0], final_coins), device, timing),
+         bs=bs, nodes=1, vocab=vocab)
+    for name, call in (("flashinfer.top_k_renorm_probs (k=50)", lambda: flashinfer.top_k_renorm_probs(rows, 50)),
+                       ("flashinfer.top_p_renorm_probs (p=0.9)", lambda: flashinfer.top_p_renorm_probs(rows, 0.9)),
+                       ("flashinfer.softmax (temperature=0.7)", lambda: flashinfer.softmax(rows, temperature=0.7))):
+        _add(table, name, "none yet (compat-owned PyTorch)", _time(call, device, timing), None, bs=bs, nodes=1, vocab=vocab)
+
+
+def run(ctx: Context) -> list[Table]:
+    sizes = SIZES[ctx.sizes]
+    table = Table("compat", f"spec_hal.compat drop-ins vs the native op each wraps, backend {ctx.backend.name}", COLUMNS, notes=[
+        harness.DEVICE_TIME_NOTE + " The last column says which each row got; a replay/eager pair is not a like-for-like overhead.",
+        f"Budget (issue 18): overhead <= max({BUDGET_US:.0f} us, {100 * BUDGET_SHARE:.0f}% of the native op).",
+        "flashinfer.* and vllm.* draw their coins with torch.rand (as the upstream functions draw their own); the native "
+        "call is given coins, so that draw is part of the overhead.",
+        "vllm.rejection_sample pads the ragged layout (index_select of the draft and target rows) until spec_hal has a "
+        "ragged chain op (issue 14).",
+        "Upstream kernels (sgl-kernel, FlashInfer, vLLM) are not run by this suite; see scripts in the issue 18 notes."])
+    for vocab in sizes["vocabs"]:
+        for bs in sizes["batches"]:
+            for nodes, steps in sizes["trees"]:
+                if 4 * bs * nodes * vocab * 4 > MEMORY_LIMIT:
+                    continue
+                ctx.progress(f"compat bs={bs} N={nodes} V={vocab}")
+                _verify_rows(ctx, table, bs, nodes, steps, vocab)
+                _chain_rows(ctx, table, bs, steps, vocab)
+    for bs in sizes["batches"]:
+        for nodes, steps in sizes["trees"]:
+            topk = 1 if nodes == steps + 1 else 2
+            if 1 + topk + (steps - 1) * topk * topk >= nodes:
+                _build_tree_rows(ctx, table, bs, topk, steps, nodes)
+    return [table]

@@ -1,0 +1,90 @@
+"""The compat drop-ins on a GPU backend (cuda or rocm) equal the same calls on cpu tensors (the
+reference backend), outputs bit for bit. Skipped without a GPU; the cpu and triton-interpret lanes
+are in test_compat_{sgl_kernel,vllm,flashinfer}.py."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from spec_hal import tree as tree_reference
+from spec_hal.compat import flashinfer, sgl_kernel, vllm
+from spec_hal.conformance.trees import random_tree
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm device")
+GPU = "cuda"
+
+
+def on_both(fn, *tensors):
+    """fn(*tensors) on cpu and on the GPU (fresh copies, so in-place outputs are separate)."""
+    cpu = [t.clone() for t in tensors]
+    gpu = [t.to(GPU) for t in tensors]
+    return fn(*cpu), cpu, fn(*gpu), gpu
+
+
+def assert_same(cpu, gpu):
+    for a, b in zip(cpu, gpu):
+        assert a.dtype == b.dtype and torch.equal(a, b.cpu())
+
+
+@pytest.mark.parametrize("bs, nodes, steps", [(7, 8, 4), (64, 4, 3)])
+def test_verify_drop_ins_equal_cpu(bs, nodes, steps):
+    tree, candidates = random_tree(bs, nodes, steps, seed=nodes, vocab=64)
+    generator = torch.Generator().manual_seed(0)
+    target_predict = torch.where(torch.rand(bs, nodes, generator=generator) < 0.6,
+                                 candidates.gather(1, tree.retrieve_next_token.clamp(min=0)), torch.randint(0, 64, (bs, nodes), generator=generator))
+    target_probs = torch.softmax(torch.randn(bs, nodes, 64, generator=generator) * 2, -1)
+    buffers = (torch.full((bs * nodes,), 5, dtype=torch.int32), torch.full((bs, steps + 1), 5, dtype=torch.int32), torch.zeros(bs, dtype=torch.int32))
+    links = (tree.retrieve_index, tree.retrieve_next_token, tree.retrieve_next_sibling)
+    _, cpu, _, gpu = on_both(lambda *t: sgl_kernel.verify_tree_greedy(*t), *buffers, candidates, *links, target_predict)
+    assert_same(cpu[:3], gpu[:3])
+    coins = (torch.rand(bs, nodes, generator=generator), torch.rand(bs, generator=generator))
+    _, cpu, _, gpu = on_both(lambda *t: sgl_kernel.tree_speculative_sampling_target_only(*t, 0.9, 0.6), *buffers, candidates, *links, *coins, target_probs)
+    assert_same(cpu[:3], gpu[:3])
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_build_tree_drop_in_equals_cpu(mode):
+    bs, topk, steps, nodes = 5, 4, 3, 16
+    generator = torch.Generator().manual_seed(1)
+    expansion = tree_reference.expand_tree(0, None, torch.rand(bs, topk, generator=generator), torch.randint(0, 9, (bs, topk), generator=generator))
+    records = [expansion.record]
+    for step in range(1, steps):
+        expansion = tree_reference.expand_tree(step, expansion.scores, torch.rand(bs * topk, topk, generator=generator),
+                                               torch.randint(0, 9, (bs * topk, topk), generator=generator))
+        records.append(expansion.record)
+    parents, selected, _ = tree_reference.organize_draft(records, nodes)
+    seq_lens = torch.arange(10, 10 + bs)
+    size = {0: nodes * int(seq_lens.sum()) + bs * nodes * nodes, 1: bs * nodes * nodes, 2: bs * nodes * 2}[mode]
+    mask = torch.zeros(size, dtype=torch.uint8 if mode == 2 else torch.bool)
+    outputs = (mask, torch.zeros(bs * nodes, dtype=torch.int64), *(torch.full((bs, nodes), -1, dtype=torch.int64) for _ in range(3)))
+    _, cpu, _, gpu = on_both(lambda *t: sgl_kernel.build_tree_kernel_efficient(*t, topk, steps, nodes, mode), parents, selected, seq_lens, *outputs)
+    assert_same(cpu[3:], gpu[3:])
+
+
+def test_flashinfer_drop_ins_equal_cpu():
+    bs, steps, vocab = 32, 4, 1000
+    generator = torch.Generator().manual_seed(2)
+    draft_probs = torch.softmax(torch.randn(bs, steps, vocab, generator=generator), -1)
+    target_probs = torch.softmax(torch.randn(bs, steps + 1, vocab, generator=generator), -1)
+    draft_ids = torch.multinomial(draft_probs.reshape(-1, vocab), 1, generator=generator).view(bs, steps)
+    uniform = torch.rand(bs, steps + 1, generator=generator)
+    cpu, _, gpu, _ = on_both(lambda *t: flashinfer.chain_speculative_sampling(*t[:3], uniform_samples=t[3]), draft_probs, draft_ids, target_probs, uniform)
+    assert_same(cpu, gpu)
+    cpu, _, gpu, _ = on_both(lambda p, u: flashinfer.sampling_from_probs(p, uniform_samples=u), target_probs[:, 0], uniform[:, 0].contiguous())
+    assert_same([cpu], [gpu])
+
+
+def test_vllm_greedy_and_fully_accepted_random_equal_cpu():
+    counts = [3, 0, 2, 1]
+    generator = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(sum(counts), 50, generator=generator) * 3, -1)
+    ids = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    cu = torch.tensor(counts).cumsum(0)
+    bonus = torch.randint(0, 50, (4, 1), generator=generator)
+    greedy = SimpleNamespace(all_greedy=True, all_random=False, temperature=None, generators={})
+    cpu, _, gpu, _ = on_both(lambda *t: vllm.rejection_sample(t[0], counts, 3, t[1], None, t[2], t[3], greedy), ids, cu, probs, bonus)
+    assert_same([cpu], [gpu])
+    random = SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(4, device=GPU), generators={})
+    gpu_out = vllm.rejection_sample(ids.to(GPU), counts, 3, cu.to(GPU), probs.to(GPU), probs.to(GPU), bonus.to(GPU), random)
+    random.temperature = torch.ones(4)
+    assert_same([vllm.rejection_sample(ids, counts, 3, cu, probs, probs, bonus, random)], [gpu_out])  # p == q: all accepted

@@ -1,0 +1,143 @@
+"""spec_hal.compat.vllm.rejection_sample pinned to vLLM's rejection sampler, on cpu and triton-interpret.
+
+Greedy worked examples are vLLM's tests re-expressed
+(https://github.com/vllm-project/vllm/blob/main/tests/v1/sample/test_rejection_sampler.py:
+test_perfect_match, test_early_mismatch, test_multiple_sequences, test_single_token_sequence,
+test_empty_sequence, test_multiple_mismatches); layout and placeholder conventions are from
+vllm/v1/sample/rejection_sampler.py. Random requests are compared, request by request, with
+spec_hal's reference ``verify_chain_sampling`` fed the coins vLLM's generate_uniform_probs draws
+from each request's generator.
+"""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from compat_lanes import lane, run_interpreter_lane  # noqa: F401
+from spec_hal import verify as verify_reference
+from spec_hal.compat.vllm import GREEDY_TEMPERATURE, PLACEHOLDER_TOKEN_ID, rejection_sample
+from spec_hal.errors import InvalidInput
+
+PH = PLACEHOLDER_TOKEN_ID
+VOCAB = 100
+
+
+def test_vllm_interpreter_lane():
+    run_interpreter_lane(__file__)
+
+
+def metadata(temperature=None, generators=None, all_greedy=False):
+    all_random = temperature is not None and bool((temperature != GREEDY_TEMPERATURE).all())
+    return SimpleNamespace(all_greedy=all_greedy, all_random=all_random, temperature=temperature, generators=generators or {})
+
+
+def flat(spec_tokens):
+    counts = [len(row) for row in spec_tokens]
+    ids = torch.tensor([t for row in spec_tokens for t in row], dtype=torch.int32)
+    return ids, counts, torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32)
+
+
+def greedy_logits(spec_tokens, output_tokens):
+    """Target logits whose argmax at draft k of request b is output_tokens[b][k] (vLLM's create_logits_tensor)."""
+    rows = [out[k] for spec, out in zip(spec_tokens, output_tokens) for k in range(len(spec))]
+    logits = torch.full((len(rows), VOCAB), -100.0)
+    for row, token in enumerate(rows):
+        logits[row, token] = 100.0
+    return logits
+
+
+@pytest.mark.parametrize("spec_tokens, output_tokens, expected", [
+    ([[1, 2, 3]], [[1, 2, 3, 4]], [[1, 2, 3, 4]]),  # test_perfect_match
+    ([[1, 2, 3]], [[1, 5, 3, 4]], [[1, 5, PH, PH]]),  # test_early_mismatch
+    ([[1, 2], [3]], [[1, 2, 5], [3, 4]], [[1, 2, 5], [3, 4, PH]]),  # test_multiple_sequences
+    ([[1]], [[1, 2]], [[1, 2]]),  # test_single_token_sequence
+    ([[]], [[5]], [[5]]),  # test_empty_sequence
+    ([[1, 2, 3], [4, 5, 6]], [[1, 2, 7, 6], [4, 8, 6, 9]], [[1, 2, 7, PH], [4, 8, PH, PH]]),  # test_multiple_mismatches
+])
+def test_greedy_upstream_examples(lane, spec_tokens, output_tokens, expected):
+    ids, counts, cu = flat(spec_tokens)
+    bonus = torch.tensor([[out[-1]] for out in output_tokens])
+    max_spec_len = max(counts)
+    output = rejection_sample(ids, counts, max_spec_len, cu, None, greedy_logits(spec_tokens, output_tokens), bonus, metadata(all_greedy=True))
+    assert output.dtype == torch.int32
+    assert output.tolist() == expected
+
+
+def random_case(counts, seed, with_draft_probs=True):
+    generator = torch.Generator().manual_seed(seed)
+    tokens = sum(counts)
+    draft_probs = torch.softmax(torch.randn(tokens, VOCAB, generator=generator), -1)
+    target_probs = torch.softmax(torch.randn(tokens, VOCAB, generator=generator) + 2 * draft_probs.log().clamp(min=-3), -1)
+    ids = torch.multinomial(draft_probs, 1, generator=generator)[:, 0] if tokens else torch.zeros(0, dtype=torch.int64)
+    bonus = torch.randint(0, VOCAB, (len(counts), 1), generator=generator)
+    return ids, (draft_probs if with_draft_probs else None), target_probs, bonus
+
+
+def expected_random(ids, counts, draft_probs, target_probs, bonus, seeds):
+    """Request by request: spec_hal's reference with the coins vLLM draws from the request's generator."""
+    rows, start = [], 0
+    width = max(counts) + 1
+    for request, count in enumerate(counts):
+        generator = torch.Generator().manual_seed(seeds[request])
+        coins = torch.empty(count, dtype=torch.float64).uniform_(generator=generator).float() if count else torch.empty(0)
+        final = torch.empty(1).uniform_(generator=generator) if count else None
+        if count == 0:
+            rows.append([int(bonus[request])] + [PH] * (width - 1))
+            continue
+        q = draft_probs[start:start + count] if draft_probs is not None else torch.nn.functional.one_hot(ids[start:start + count].long(), VOCAB).float()
+        p = torch.cat([target_probs[start:start + count], target_probs[start:start + 1]])  # the last row is never emitted
+        verdict = verify_reference.verify_chain_sampling(ids[None, start:start + count], q[None], p[None], coins[None], final)
+        tokens = verdict.predict.tolist()
+        accepted = int(verdict.num_correct[0])
+        if accepted == count:
+            tokens[count] = int(bonus[request])
+        rows.append(tokens + [PH] * (width - len(tokens)))
+        start += count
+    return rows
+
+
+@pytest.mark.parametrize("counts", [[3, 3, 3], [3, 0, 1, 2]])
+@pytest.mark.parametrize("with_draft_probs", [True, False])
+def test_random_matches_native_reference_per_request(lane, counts, with_draft_probs):
+    ids, draft_probs, target_probs, bonus = random_case(counts, seed=len(counts), with_draft_probs=with_draft_probs)
+    seeds = [100 + r for r in range(len(counts))]
+    generators = {r: torch.Generator().manual_seed(s) for r, s in enumerate(seeds)}
+    cu = torch.tensor(counts).cumsum(0)
+    output = rejection_sample(ids, counts, max(counts), cu, draft_probs, target_probs, bonus,
+                              metadata(torch.ones(len(counts)), generators))
+    assert output.tolist() == expected_random(ids, counts, draft_probs, target_probs, bonus, seeds)
+
+
+def test_mixed_greedy_and_random_requests(lane):
+    counts = [2, 2]
+    ids, draft_probs, target_probs, bonus = random_case(counts, seed=5)
+    target_probs[0, int(ids[0])] = 10.0  # request 0 (greedy): its first draft is the argmax, its second is not
+    target_probs[1, int(ids[1])] = -10.0
+    generators = {1: torch.Generator().manual_seed(101)}
+    output = rejection_sample(ids, counts, 2, torch.tensor([2, 4]), draft_probs, target_probs, bonus,
+                              metadata(torch.tensor([GREEDY_TEMPERATURE, 1.0]), generators))
+    assert output[0].tolist() == [int(ids[0]), int(target_probs[1].argmax()), PH]
+    assert output[1].tolist() == expected_random(ids[2:], [2], draft_probs[2:], target_probs[2:], bonus[1:], [101])[0]
+
+
+def test_draft_equal_to_target_accepts_everything(lane):
+    counts = [2, 3, 1]
+    ids, draft_probs, _, bonus = random_case(counts, seed=9)
+    output = rejection_sample(ids, counts, 3, torch.tensor(counts).cumsum(0), draft_probs, draft_probs, bonus, metadata(torch.ones(3)))
+    expected = [[*ids[:2].tolist(), int(bonus[0]), PH], [*ids[2:5].tolist(), int(bonus[1])], [int(ids[5]), int(bonus[2]), PH, PH]]
+    assert output.tolist() == expected
+
+
+def test_empty_batch_and_bad_arguments(lane):
+    empty = rejection_sample(torch.zeros(0, dtype=torch.int32), [], 2, torch.zeros(0, dtype=torch.int32), None, torch.zeros(0, 5),
+                             torch.zeros(0, 1, dtype=torch.int64), metadata(all_greedy=True))
+    assert empty.shape == (0, 3) and empty.dtype == torch.int32
+    no_drafts = rejection_sample(torch.zeros(0, dtype=torch.int32), [0, 0], 0, torch.zeros(2, dtype=torch.int32), None, torch.zeros(0, 5),
+                                 torch.tensor([[3], [4]]), metadata(torch.ones(2)))
+    assert no_drafts.tolist() == [[3], [4]]
+    with pytest.raises(InvalidInput, match="^num_draft_tokens"):
+        rejection_sample(torch.zeros(3, dtype=torch.int32), [1, 1], 2, torch.tensor([1, 2]), None, torch.zeros(3, 5),
+                         torch.zeros(2, 1, dtype=torch.int64), metadata(all_greedy=True))
+    with pytest.raises(InvalidInput, match="^max_spec_len"):
+        rejection_sample(torch.zeros(3, dtype=torch.int32), [3], 2, torch.tensor([3]), None, torch.zeros(3, 5),
+                         torch.zeros(1, 1, dtype=torch.int64), metadata(all_greedy=True))
