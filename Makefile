@@ -1,37 +1,66 @@
-# The two commands of README.md. Both set up everything they need first.
+# The commands of README.md. Each sets up what it needs first (scripts/setup.sh): the active
+# virtual environment, else a .venv it creates here; nothing is installed into the machine's python.
 PYTHON ?= python3
+VENV ?= $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),.venv)
+PY := $(VENV)/bin/python
 REPORTS ?= reports
 COMPILE_TARGETS ?= sm_80,sm_90,sm_100,gfx90a,gfx942,gfx950
+# Conformance lanes of `make test`: every built-in backend that can load here (cpu and
+# triton-interpret on CI; cuda or rocm too on a GPU machine). Evaluated when `make test` runs.
+CONFORMANCE_BACKENDS ?= $(shell $(PY) -c "from spec_hal.selection import available_backends as a; \
+	print(' '.join(n for n in ('cpu', 'triton-interpret', 'cuda', 'rocm') if a()[n] is None))")
 # The oldest supported Triton (what the GPU image has); its compile matrix runs in a side venv.
 PREVIOUS_TRITON ?= 3.6.0
 PREVIOUS_VENV ?= .venv-triton-$(PREVIOUS_TRITON)
+export SPEC_HAL_VENV := $(VENV)
 
-.PHONY: setup demo test compile-matrix compile-matrix-previous
+.PHONY: setup setup-test demo test test-quick conformance compile-matrix compile-matrix-previous
 
 setup:
-	PYTHON=$(PYTHON) bash scripts/setup.sh
+	PYTHON=$(PYTHON) bash scripts/setup.sh ""
+
+setup-test:
+	PYTHON=$(PYTHON) bash scripts/setup.sh "test,triton,examples"
 
 demo: setup
-	$(PYTHON) -m spec_hal.cli demo
+	$(PY) -m spec_hal.cli demo
 
-# The project's tests (they run the conformance suite on every backend this machine has), then
-# every Triton kernel compiled offline for the six GPU targets.
-test: setup
-	SPEC_HAL_REPORT_DIR=$(REPORTS) $(PYTHON) -m pytest tests -v -rs --durations=15
+# The full suite CI runs: the project's tests, the conformance suite on every backend this machine
+# has (one line per case as it runs), then every Triton kernel compiled offline for six GPU targets.
+test: setup-test
+	$(PY) -m pytest tests -v -rs --durations=15
+	$(MAKE) --no-print-directory conformance
 	$(MAKE) --no-print-directory compile-matrix
 
-compile-matrix: setup
+conformance: setup-test
 	mkdir -p $(REPORTS)
-	$(PYTHON) -m spec_hal.cli compile-matrix --targets $(COMPILE_TARGETS) --known-issues ci/xfail/compile-matrix.toml \
+	@echo "conformance lanes: $(CONFORMANCE_BACKENDS)"
+	set -e; for backend in $(CONFORMANCE_BACKENDS); do \
+		echo "== spec-hal conformance --backend $$backend"; \
+		$(PY) -m spec_hal.cli conformance --backend $$backend -v --known-issues ci/xfail/$$backend.toml \
+			--json $(REPORTS)/conformance-$$backend.json --junit $(REPORTS)/conformance-$$backend.xml; \
+	done
+
+# The edit-test loop (a few minutes on two cores): the unit tests without the slow ones, the cpu
+# lane's quick grid, and a sample of the interpreter lane (golden vectors and bad-input cases).
+test-quick: setup-test
+	$(PY) -m pytest tests -q -x -m "not slow"
+	$(PY) -m spec_hal.cli conformance --backend cpu --quick -q
+	$(PY) -m spec_hal.cli conformance --backend triton-interpret --quick -q -k "golden or rejects"
+
+compile-matrix: setup-test
+	mkdir -p $(REPORTS)
+	$(PY) -m spec_hal.cli compile-matrix --targets $(COMPILE_TARGETS) \
 		--json $(REPORTS)/compile-matrix.json --markdown $(REPORTS)/compile-matrix.md
 
-compile-matrix-previous: setup
-	test -x $(PREVIOUS_VENV)/bin/python || $(PYTHON) -m venv --system-site-packages $(PREVIOUS_VENV)
+# A side venv on top of $(VENV) (its packages are found through a .pth file) with the older Triton.
+compile-matrix-previous: setup-test
+	test -x $(PREVIOUS_VENV)/bin/python || $(PYTHON) -m venv --system-site-packages --without-pip $(PREVIOUS_VENV)
+	$(PY) -c "import site; print(site.getsitepackages()[0])" > \
+		"$$($(PREVIOUS_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/spec-hal-base.pth"
 	$(PREVIOUS_VENV)/bin/python -c "import triton, sys; sys.exit(triton.__version__ != '$(PREVIOUS_TRITON)')" \
-		|| $(PREVIOUS_VENV)/bin/python -m pip install --quiet "triton==$(PREVIOUS_TRITON)"
-	$(PREVIOUS_VENV)/bin/python -m pip install --quiet --no-deps -e .
+		|| $(PREVIOUS_VENV)/bin/python -m pip install --quiet --no-deps "triton==$(PREVIOUS_TRITON)"
 	mkdir -p $(REPORTS)
 	$(PREVIOUS_VENV)/bin/python -m spec_hal.cli compile-matrix --targets $(COMPILE_TARGETS) \
-		--known-issues ci/xfail/compile-matrix.toml \
 		--json $(REPORTS)/compile-matrix-triton-$(PREVIOUS_TRITON).json \
 		--markdown $(REPORTS)/compile-matrix-triton-$(PREVIOUS_TRITON).md

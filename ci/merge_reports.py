@@ -1,4 +1,4 @@
-"""Merge conformance JSON reports (``spec-hal conformance --report``) into COMPATIBILITY.md.
+"""Merge conformance JSON reports (``spec-hal conformance --json``) into COMPATIBILITY.md.
 
     python ci/merge_reports.py reports/conformance-*.json --output COMPATIBILITY.md
 

@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from spec_hal.compaction import batch_first
+
 from .launch import KernelTarget
 
 
@@ -90,6 +92,9 @@ def _as_rows(x: torch.Tensor) -> torch.Tensor:
 
 def compact_accepted(x, verdict, *, out=None, target: KernelTarget):
     """Triton provider of ``compact_accepted`` (validated by the caller; see spec_hal.compaction)."""
+    if batch_first(x, verdict):  # (bs, N, ...): compact the (bs*N, ...) view
+        flat_out = None if out is None else out.view(-1, *x.shape[2:])
+        return compact_accepted(x.flatten(0, 1), verdict, out=flat_out, target=target).view(x.shape)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rows, width = verdict.accept_index.shape

@@ -153,6 +153,7 @@ def build_tree(
     target: KernelTarget,
 ) -> DraftTree:
     """Triton provider of ``build_tree`` (arguments validated by the caller; see spec_hal.tree)."""
+    parents, selected = parents.long(), selected.long()  # int32 accepted (docs/conventions.md); no copy for int64
     bs, drafts = selected.shape
     num_nodes = drafts + 1
     num_steps = tree_num_steps(parents.shape[1], topk)

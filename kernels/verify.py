@@ -3,19 +3,29 @@
 * ``_argmax_tile_kernel`` (grid: rows x tiles): the fused argmax over target logits reads each
   logit once; every program reduces one ``BLOCK``-wide tile of one row to (max, lowest id of the
   max). Splitting rows into tiles keeps bs = 1 from running one row per program.
-* ``_greedy_walk_kernel`` / ``_chain_greedy_kernel`` (grid: request blocks): merge the tiles of
-  a request's rows (or load given ids), then walk. A request's whole tree (links, candidates,
-  target tokens) is loaded into registers once; the walk itself does no memory access, so it is
-  S * N register steps, not a chain of dependent loads.
-* ``_sampling_walk_kernel`` / ``_chain_sampling_kernel`` (grid: request blocks): the walk loads
-  one gathered vector of N probabilities per level (the last accepted node's row at every
-  candidate token), then the final token is sampled in one pass over the row: per-block sums of
-  the quantised residual are kept in registers, the crossing block is found from their running
-  sum, and only that block is read again. Quantised int64 sums are exact, so the result is
-  bit-identical to the reference whatever the block size.
+* ``_greedy_walk_kernel`` (grid: request blocks): a pointer-chasing walk. Each level follows the
+  last accepted node's child list (``retrieve_next_token``, then ``retrieve_next_sibling``) with
+  one dependent load pair per child and stops at the first match, so a level costs as many steps
+  as children scanned (not N), and the target's token is merged (logits) or loaded (ids) only for
+  the S + 1 nodes the walk can stand on.
+* ``_sampling_walk_kernel`` / ``_chain_sampling_kernel`` (grid: request blocks x vocabulary
+  chunks): every program of a request walks (the tree walk chases pointers like the greedy one; a
+  level gathers the last node's row at every candidate token in one load), then sums the
+  quantised target row and residual over its chunk of the vocabulary, per ``SUB``-wide block,
+  into a scratch buffer. The last of a request's programs to arrive (an acq_rel atomic counter)
+  finds the crossing block from the block sums' running total, reads that block again and
+  writes the Verdict. Quantised int64 sums are exact, so the result is bit-identical to the
+  reference whatever the split; bs = 1 uses as many programs as the row has tiles.
 
-``BLOCK_R`` requests share a program: 1 on a GPU (one program per request); under the interpreter
-many, so that a batch of 10^5 requests (the statistical test) is a few vectorised programs.
+Vocabulary masks (``token_bitmask``/``bitmask_index``, ``HAS_MASK``; helpers in kernels/masks.py):
+the tile argmax ranks masked ids below every allowed one (a row allowing nothing gives id 0); the
+walks accept a child only if its token is allowed at the parent's row (a masked candidate counts
+with p = 0); the block sums and the crossing block's second read both zero the masked ids, so the
+split final sampling stays bit-identical to the reference.
+
+``BLOCK_R`` requests share a program: 1 on a GPU (one program per request and chunk); under the
+interpreter many, so that a batch of 10^5 requests (the statistical test) is a few vectorised
+programs.
 """
 from __future__ import annotations
 
@@ -37,7 +47,6 @@ NO_ID = tl.constexpr(2**31 - 1)
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 COIN_MAX = tl.constexpr(semantics.COIN_MAX)
 QUANT_SCALE = tl.constexpr(semantics.QUANT_SCALE)
-
 
 # ----------------------------------------------------------------------------------------------
 # device helpers
@@ -83,70 +92,113 @@ def _merge_argmax(tile_max_ptr, tile_id_ptr, rows, rows_ok, num_tiles, TILES_PAD
     return tl.where(best == NO_ID, 0, best).to(tl.int64)  # NO_ID: a mask allowed nothing
 
 
+
 @triton.jit
-def _sample_final(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, rejected_q, coin, vocab,
-                  BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr,
-                  mask_ptr=None, mask_base=None, constrained=None, mask_width=None, HAS_MASK: tl.constexpr = False):
-    """The final token of each request (R,) int64: inverse-CDF of the quantised residual, else of
-    the target row, else 0. The residual is max(0, p - q) (HAS_Q; q read where use_q) or p with
-    the ``rejected`` tokens (R, L; -1 none) removed (HAS_REJECTED; their quantised p in rejected_q).
-    HAS_MASK: p is 0 at tokens the row's mask (``mask_base``, ``constrained``) does not allow."""
-    # Inclusive running sums of the quantised blocks, built in the block loop: every block from k
-    # on holds the sum up to k, so padding blocks end up holding the total. (tl.cumsum over this
-    # (R, NB_PAD) tensor does not lower on Triton 3.6 when NB_PAD is below a thread's vector width.)
-    blocks = tl.arange(0, NB_PAD)
-    running_p = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
-    running_r = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
-    total_p = tl.zeros([BLOCK_R], dtype=tl.int64)
-    total_r = tl.zeros([BLOCK_R], dtype=tl.int64)
-    num_blocks = tl.cdiv(vocab, BLOCK_V)
-    for k in range(num_blocks):
-        cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
+def _row_argmax(tile_max_ptr, tile_id_ptr, rows, rows_ok, num_tiles, TILES_PAD: tl.constexpr):
+    """Argmax (lowest id of the max) of (R,) logit rows from their tiles' (max, id); int64."""
+    tiles = tl.arange(0, TILES_PAD)
+    ok = rows_ok[:, None] & (tiles[None, :] < num_tiles)
+    offsets = rows[:, None] * num_tiles + tiles[None, :]
+    tile_max = tl.load(tile_max_ptr + offsets, mask=ok, other=float("-inf"))
+    tile_id = tl.load(tile_id_ptr + offsets, mask=ok, other=NO_ID)
+    row_max = tl.max(tile_max, axis=1)
+    best = tl.min(tl.where(ok & (tile_max == row_max[:, None]), tile_id, NO_ID), axis=1)
+    return tl.where(best == NO_ID, 0, best).to(tl.int64)  # NO_ID: a mask allowed nothing
+
+
+@triton.jit
+def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, rejected_q,
+                sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, mask_base, constrained, mask_width,
+                BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr,
+                HAS_MASK: tl.constexpr):
+    """For tiles [first_tile, end_tile) of each request's row, store the sum of every SUB-wide
+    block of the quantised target row at sums_ptr[sums_base + k] and of the quantised residual at
+    sums_ptr[sums_base + sums_width + k] (k: global block index). The residual is max(0, p - q)
+    (HAS_Q; q read where use_q) or p without the ``rejected`` tokens (R, L; -1 none; their
+    quantised p in rejected_q) (HAS_REJECTED), else p. HAS_MASK: p is 0 at the ids the row's mask
+    (``mask_base``, ``constrained``: ``masks.mask_row_base``) does not allow."""
+    SUBS: tl.constexpr = TILE_V // SUB
+    subs = tl.arange(0, SUBS)
+    for t in range(first_tile, end_tile):
+        cols = t * TILE_V + tl.arange(0, TILE_V)
         ok = req_ok[:, None] & (cols[None, :] < vocab)
         p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=ok, other=0.0))
         if HAS_MASK:
             p = tl.where(token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols[None, :], ok, mask_width), p, 0.0)
-        from_here = blocks[None, :] >= k
-        total_p += tl.sum(_quantize(p), axis=1)
-        running_p = tl.where(from_here, total_p[:, None], running_p)
+        p_sums = tl.sum(tl.reshape(_quantize(p), [BLOCK_R, SUBS, SUB]), axis=2)
+        block = t * SUBS + subs
         if HAS_Q:
             q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols[None, :].to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
             diff = p - q
-            total_r += tl.sum(_quantize(tl.where(diff > 0, diff, 0.0)), axis=1)
-            running_r = tl.where(from_here, total_r[:, None], running_r)
-    if not HAS_Q:
-        if HAS_REJECTED:
-            block_of = tl.where(rejected >= 0, rejected // BLOCK_V, NB_PAD)  # NB_PAD: in no block's prefix
-            removed_before = tl.sum(tl.where(block_of[:, None, :] <= blocks[None, :, None], rejected_q[:, None, :], 0), axis=2)
-            running_r = running_p - removed_before
-            total_r = total_p - tl.sum(tl.where(rejected >= 0, rejected_q, 0), axis=1)
+            r_sums = tl.sum(tl.reshape(_quantize(tl.where(diff > 0, diff, 0.0)), [BLOCK_R, SUBS, SUB]), axis=2)
+        elif HAS_REJECTED:
+            block_of = tl.where(rejected >= 0, rejected // SUB, -1)
+            removed = tl.sum(tl.where(block_of[:, None, :] == block[None, :, None], rejected_q[:, None, :], 0), axis=2)
+            r_sums = p_sums - removed
         else:
-            running_r = running_p
-            total_r = total_p
+            r_sums = p_sums
+        at = sums_base[:, None] + block[None, :]
+        tl.store(sums_ptr + at, p_sums, mask=req_ok[:, None])
+        tl.store(sums_ptr + at + sums_width, r_sums, mask=req_ok[:, None])
+
+
+@triton.jit
+def _finishing(counter_ptr, req, req_ok, SPLIT: tl.constexpr):
+    """Whether this program is the last of its request's vocabulary chunks to have stored its
+    block sums (always, without a split); the block sums of every chunk are visible to it."""
+    tl.debug_barrier()  # every thread's block sums are stored before the release below
+    if SPLIT:
+        arrived = tl.atomic_add(counter_ptr + req, 1, mask=req_ok, sem="acq_rel")
+        last = tl.max(tl.where(req_ok, arrived, 0), axis=0) == tl.num_programs(1) - 1
+        tl.debug_barrier()
+    else:
+        last = tl.full([], 1, tl.int1)
+    return last
+
+
+@triton.jit
+def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, coin,
+                      sums_ptr, sums_base, sums_width, vocab, mask_ptr, mask_base, constrained, mask_width,
+                      SUB: tl.constexpr, NB_PAD: tl.constexpr, PIECE: tl.constexpr, HAS_Q: tl.constexpr,
+                      HAS_REJECTED: tl.constexpr, HAS_MASK: tl.constexpr):
+    """The final token of each request (R,) int64 from its block sums (``_block_sums``):
+    inverse-CDF of the quantised residual, else of the target row, else 0. The crossing block is
+    read again with the same mask as the sums (HAS_MASK), so its running sum matches them."""
+    blocks = tl.arange(0, NB_PAD)
+    in_sums = req_ok[:, None] & (blocks[None, :] < sums_width)
+    at = sums_base[:, None] + blocks[None, :]
+    # .cg: other programs wrote these; never serve them from this SM's L1.
+    total_r = tl.sum(tl.load(sums_ptr + at + sums_width, mask=in_sums, other=0, cache_modifier=".cg"), axis=1)
     use_residual = total_r > 0
-    running = tl.where(use_residual[:, None], running_r, running_p)
-    total = tl.where(use_residual, total_r, total_p)
+    # Only the row that is sampled is loaded again (half the live registers of keeping both).
+    sums = tl.load(sums_ptr + at + tl.where(use_residual, sums_width, 0)[:, None], mask=in_sums, other=0, cache_modifier=".cg")
+    total = tl.sum(sums, axis=1)
     threshold = (coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64)
     threshold = tl.minimum(threshold, total - 1)
     # The crossing block: the number of blocks whose inclusive running sum is <= threshold.
+    running = tl.cumsum(sums, axis=1)
     crossing = tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
-    before = tl.sum(tl.where(blocks[None, :] == crossing[:, None] - 1, running, 0), axis=1)
+    before = tl.sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), axis=1)
 
-    cols = crossing[:, None] * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
-    ok = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
-    p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols.to(tl.int64) * stride_pv, mask=ok, other=0.0))
-    if HAS_MASK:
-        p = tl.where(token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols, ok, mask_width), p, 0.0)
-    values = _quantize(p)
-    if HAS_Q:
-        q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols.to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
-        diff = p - q
-        values = tl.where(use_residual[:, None], _quantize(tl.where(diff > 0, diff, 0.0)), values)
-    elif HAS_REJECTED:
-        hit = tl.sum(tl.where(cols[:, :, None] == rejected[:, None, :], 1, 0), axis=2) > 0
-        values = tl.where(use_residual[:, None] & hit, 0, values)
-    running = tl.cumsum(values, axis=1) + before[:, None]
-    index = crossing * BLOCK_V + tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
+    # The crossing block, in PIECE-wide pieces (the rejected-token comparison is PIECE x N_PAD).
+    index = crossing * SUB
+    for piece in tl.static_range(SUB // PIECE):
+        cols = crossing[:, None] * SUB + piece * PIECE + tl.arange(0, PIECE)[None, :]
+        ok = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
+        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols.to(tl.int64) * stride_pv, mask=ok, other=0.0))
+        if HAS_MASK:
+            p = tl.where(token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols, ok, mask_width), p, 0.0)
+        values = _quantize(p)
+        if HAS_Q:
+            q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols.to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
+            diff = p - q
+            values = tl.where(use_residual[:, None], _quantize(tl.where(diff > 0, diff, 0.0)), values)
+        elif HAS_REJECTED:
+            hit = tl.sum(tl.where(cols[:, :, None] == rejected[:, None, :], 1, 0), axis=2) > 0
+            values = tl.where(use_residual[:, None] & hit, 0, values)
+        running = tl.cumsum(values, axis=1) + before[:, None]
+        index += tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
+        before += tl.sum(values, axis=1)
     return tl.where(total > 0, index, 0).to(tl.int64)
 
 
@@ -176,20 +228,6 @@ def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr,
     tl.store(tile_id_ptr + slot, tile_id)
 
 
-@triton.jit
-def _load_tree_block(next_token_ptr, next_sibling_ptr, cand_ptr, bs, nodes, BLOCK_R: tl.constexpr, N_PAD: tl.constexpr):
-    """This program's BLOCK_R requests: their ids, node ids and tree links, and candidate tokens."""
-    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    req_ok = req < bs
-    lanes = tl.arange(0, N_PAD)
-    ok = req_ok[:, None] & (lanes[None, :] < nodes)
-    block_base = req.to(tl.int64) * nodes
-    node_ids = block_base[:, None] + lanes[None, :]
-    next_token = tl.load(next_token_ptr + node_ids, mask=ok, other=-1).to(tl.int32)
-    next_sibling = tl.load(next_sibling_ptr + node_ids, mask=ok, other=-1).to(tl.int32)
-    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
-    return req, req_ok, lanes, ok, block_base, node_ids, next_token, next_sibling, cand
-
 
 @triton.jit
 def _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
@@ -203,46 +241,57 @@ def _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, pr
     tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
 
 
+
 @triton.jit
 def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles,
                         predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps,
                         mask_ptr, index_ptr, num_masks, mask_width,
                         BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
-                        HAS_MASK: tl.constexpr = False, HAS_INDEX: tl.constexpr = False):
-    req, req_ok, lanes, ok, block_base, node_ids, next_token, next_sibling, cand = _load_tree_block(
-        next_token_ptr, next_sibling_ptr, cand_ptr, bs, nodes, BLOCK_R, N_PAD)
-    if FROM_LOGITS:
-        target = _merge_argmax(tile_max_ptr, tile_id_ptr, node_ids, ok, num_tiles, TILES_PAD)
-    else:
-        target = tl.load(target_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
-
+                        HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
+    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    req_ok = req < bs
+    lanes = tl.arange(0, N_PAD)
+    ok = req_ok[:, None] & (lanes[None, :] < nodes)
+    block_base = req.to(tl.int64) * nodes
     width_lanes = tl.arange(0, W_PAD)
+    predict = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
+    accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
     last = tl.zeros([BLOCK_R], dtype=tl.int32)
     num_correct = tl.zeros([BLOCK_R], dtype=tl.int32)
-    alive = req_ok
-    on_path = tl.where(lanes[None, :] == 0, 1, tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32))
-    accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
-    for level in range(1, num_steps + 1):
-        wanted = _pick(target, last, lanes)
-        cur = tl.where(alive, _link(_pick(next_token, last, lanes), nodes), -1)
+    standing = req_ok  # requests whose walk reached ``last`` at this level
+    level = tl.zeros([BLOCK_R], dtype=tl.int32)
+    while tl.max(standing.to(tl.int32), axis=0) > 0:
+        node = block_base + last
+        if FROM_LOGITS:
+            wanted = _row_argmax(tile_max_ptr, tile_id_ptr, node, standing, num_tiles, TILES_PAD)
+        else:
+            wanted = tl.load(target_ptr + node, mask=standing, other=-1).to(tl.int64)
+        predict = tl.where((lanes[None, :] == last[:, None]) & standing[:, None], wanted[:, None], predict)
+        descend = standing & (level < num_steps)
+        cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
-        if HAS_MASK:  # one gathered load per level: every candidate's bit at the last node's row
-            base, constrained = mask_row_base(index_ptr, block_base + last, req_ok & alive, num_masks, mask_width, HAS_INDEX)
-            cand_allowed = token_allowed(mask_ptr, base[:, None], constrained[:, None], cand, ok, mask_width).to(tl.int32)
-        for _ in range(nodes):  # a level scans at most N nodes
+        scanned = tl.zeros([BLOCK_R], dtype=tl.int32)
+        # A child must also be allowed at this node's row (the rule for a row allowing nothing:
+        # the target's token is id 0, which then matches no child unless 0 is allowed).
+        mask_base, constrained = mask_row_base(index_ptr, node, descend & HAS_MASK, num_masks, mask_width, HAS_INDEX)
+        while tl.max(cur, axis=0) >= 0:  # follow the child list to the first match (at most N nodes)
             scanning = cur >= 0
-            hit = scanning & (_pick(cand, cur, lanes) == wanted)
+            at = block_base + cur
+            token = tl.load(cand_ptr + at, mask=scanning, other=-1).to(tl.int64)
+            sibling = tl.load(next_sibling_ptr + at, mask=scanning, other=-1).to(tl.int64)
+            hit = scanning & (token == wanted)
             if HAS_MASK:
-                hit = hit & (_pick(cand_allowed, cur, lanes) != 0)
+                hit = hit & token_allowed(mask_ptr, mask_base, constrained, token, scanning, mask_width)
             chosen = tl.where(hit, cur, chosen)
-            cur = tl.where(scanning & (hit == 0), _link(_pick(next_sibling, cur, lanes), nodes), -1)
-        alive = chosen >= 0
-        last = tl.where(alive, chosen, last)
-        num_correct += alive.to(tl.int32)
-        on_path = tl.where(lanes[None, :] == chosen[:, None], 1, on_path)
-        accept = tl.where((width_lanes[None, :] == level) & alive[:, None], block_base[:, None] + chosen[:, None], accept)
+            scanned += 1
+            cur = tl.where(scanning & (hit == 0) & (scanned < nodes), _link(sibling, nodes).to(tl.int32), -1)
+        standing = chosen >= 0
+        last = tl.where(standing, chosen, last)
+        num_correct += standing.to(tl.int32)
+        level += 1
+        accept = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], block_base[:, None] + chosen[:, None], accept)
 
-    predict = tl.where(on_path != 0, target, -1)
+    node_ids = block_base[:, None] + lanes[None, :]
     _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
                    req, req_ok, ok, node_ids, width_lanes, num_steps)
 
@@ -251,39 +300,50 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
 def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr, stride_pb, stride_pn, stride_pv,
                           coins_ptr, final_coins_ptr, threshold_single, threshold_acc,
                           predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
-                          mask_ptr, index_ptr, num_masks, mask_width,
-                          BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr,
-                          HAS_MASK: tl.constexpr = False, HAS_INDEX: tl.constexpr = False):
-    req, req_ok, lanes, ok, block_base, node_ids, next_token, next_sibling, cand = _load_tree_block(
-        next_token_ptr, next_sibling_ptr, cand_ptr, bs, nodes, BLOCK_R, N_PAD)
+                          sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
+                          BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr,
+                          NB_PAD: tl.constexpr, SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
+    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    req_ok = req < bs
+    lanes = tl.arange(0, N_PAD)
+    ok = req_ok[:, None] & (lanes[None, :] < nodes)
+    block_base = req.to(tl.int64) * nodes
+    node_ids = block_base[:, None] + lanes[None, :]
+    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
-    coins = _sanitize_coins(tl.load(coins_ptr + node_ids, mask=ok, other=0.0))
     request_rows = req.to(tl.int64) * stride_pb
 
     width_lanes = tl.arange(0, W_PAD)
     last = tl.zeros([BLOCK_R], dtype=tl.int32)
     num_correct = tl.zeros([BLOCK_R], dtype=tl.int32)
-    alive = req_ok
-    coin = _pick(coins, last, lanes)
     rejected = tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32)  # nodes rejected at the last node's row
     rejected_q = tl.zeros([BLOCK_R, N_PAD], dtype=tl.int64)
     on_path = tl.where(lanes[None, :] == 0, 1, tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32))
     next_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
     accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
-    for level in range(1, num_steps + 1):
-        cur = tl.where(alive, _link(_pick(next_token, last, lanes), nodes), -1)
+    standing = req_ok
+    level = tl.zeros([BLOCK_R], dtype=tl.int32)
+    while tl.max(standing.to(tl.int32), axis=0) > 0:
+        node = block_base + last
+        descend = standing & (level < num_steps)
+        rejected = tl.where(standing[:, None], 0, rejected)
+        rejected_q = tl.where(standing[:, None], 0, rejected_q)
+        coin = _sanitize_coins(tl.load(coins_ptr + node, mask=descend, other=0.0))
         # The last node's row at every candidate token: one gathered load per level.
         row_base = request_rows + last.to(tl.int64) * stride_pn
-        row_probs = _sanitize_probs(tl.load(probs_ptr + row_base[:, None] + cand * stride_pv, mask=cand_ok & alive[:, None], other=0.0))
+        row_probs = _sanitize_probs(tl.load(probs_ptr + row_base[:, None] + cand * stride_pv, mask=cand_ok & descend[:, None], other=0.0))
         if HAS_MASK:  # masked candidates count with p = 0 and are never accepted
-            base, constrained = mask_row_base(index_ptr, block_base + last, req_ok & alive, num_masks, mask_width, HAS_INDEX)
-            cand_allowed = token_allowed(mask_ptr, base[:, None], constrained[:, None], cand, ok, mask_width)
+            mask_base, constrained = mask_row_base(index_ptr, node, descend, num_masks, mask_width, HAS_INDEX)
+            cand_allowed = token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cand, ok, mask_width)
             row_probs = tl.where(cand_allowed, row_probs, 0.0)
             cand_allowed = cand_allowed.to(tl.int32)
+        cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
         acc = tl.zeros([BLOCK_R], dtype=tl.float32)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
-        for _ in range(nodes):  # a level scans at most N nodes
+        scanned = tl.zeros([BLOCK_R], dtype=tl.int32)
+        while tl.max(cur, axis=0) >= 0:  # follow the child list to the first acceptance (at most N nodes)
             scanning = cur >= 0
+            sibling = tl.load(next_sibling_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
             token = _pick(cand, cur, lanes)
             duplicate = tl.sum(tl.where((rejected != 0) & (cand == token[:, None]), 1, 0), axis=1) > 0
             p = tl.where(duplicate, 0.0, _pick(row_probs, cur, lanes))
@@ -295,35 +355,42 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
             refused = (lanes[None, :] == cur[:, None]) & (scanning & (hit == 0))[:, None]
             rejected = tl.where(refused, 1, rejected)
             rejected_q = tl.where(refused, _quantize(p)[:, None], rejected_q)
-            cur = tl.where(scanning & (hit == 0), _link(_pick(next_sibling, cur, lanes), nodes), -1)
-        moved = chosen >= 0
-        next_tokens = tl.where((lanes[None, :] == last[:, None]) & moved[:, None], _pick(cand, chosen, lanes)[:, None], next_tokens)
-        rejected = tl.where(moved[:, None], 0, rejected)
-        rejected_q = tl.where(moved[:, None], 0, rejected_q)
-        coin = tl.where(moved, _pick(coins, chosen, lanes), coin)
-        alive = moved
-        last = tl.where(moved, chosen, last)
-        num_correct += moved.to(tl.int32)
+            scanned += 1
+            cur = tl.where(scanning & (hit == 0) & (scanned < nodes), _link(sibling, nodes).to(tl.int32), -1)
+        standing = chosen >= 0
+        next_tokens = tl.where((lanes[None, :] == last[:, None]) & standing[:, None], _pick(cand, chosen, lanes)[:, None], next_tokens)
+        last = tl.where(standing, chosen, last)
+        num_correct += standing.to(tl.int32)
+        level += 1
         on_path = tl.where(lanes[None, :] == chosen[:, None], 1, on_path)
-        accept = tl.where((width_lanes[None, :] == level) & moved[:, None], block_base[:, None] + chosen[:, None], accept)
+        accept = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], block_base[:, None] + chosen[:, None], accept)
 
     rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
-    final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
+    PIECE: tl.constexpr = SUB if SUB * N_PAD <= 2048 else 2048 // N_PAD  # bounds the final block's token comparison
+    last_row = request_rows + last.to(tl.int64) * stride_pn
+    sums_base = req.to(tl.int64) * (2 * sums_width)
+    first_tile = tl.program_id(1) * tiles_per_chunk
+    end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
     final_base, final_constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
-    final = _sample_final(probs_ptr, request_rows + last.to(tl.int64) * stride_pn, stride_pv, probs_ptr, request_rows, stride_pv,
-                          req_ok, req_ok, rejected_tokens, rejected_q, final_coin, vocab,
-                          BLOCK_R, BLOCK_V, NB_PAD, False, True, mask_ptr, final_base, final_constrained, mask_width, HAS_MASK)
-    next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
-    predict = tl.where(on_path != 0, next_tokens, -1)
-    _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
-                   req, req_ok, ok, node_ids, width_lanes, num_steps)
+    _block_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens, rejected_q,
+                sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
+                BLOCK_R, TILE_V, SUB, False, True, HAS_MASK)
+    if _finishing(counter_ptr, req, req_ok, SPLIT):
+        final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
+        final = _sample_from_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens,
+                                  final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained, mask_width,
+                                  SUB, NB_PAD, PIECE, False, True, HAS_MASK)
+        next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
+        predict = tl.where(on_path != 0, next_tokens, -1)
+        _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
+                       req, req_ok, ok, node_ids, width_lanes, num_steps)
 
 
 @triton.jit
 def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_correct_ptr, bonus_ptr, bs, width,
                          mask_ptr, index_ptr, num_masks, mask_width,
                          BLOCK_R: tl.constexpr, B_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
-                         HAS_MASK: tl.constexpr = False, HAS_INDEX: tl.constexpr = False):
+                         HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, B_PAD)
@@ -348,9 +415,9 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
 @triton.jit
 def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
                            coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
-                           mask_ptr, index_ptr, num_masks, mask_width,
-                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr,
-                           HAS_MASK: tl.constexpr = False, HAS_INDEX: tl.constexpr = False, HAS_DRAFT_PROBS: tl.constexpr = True):
+                           sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
+                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, NB_PAD: tl.constexpr,
+                           SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)  # step s (0-based) drafts x_{s+1}; node k of the chain
@@ -374,31 +441,38 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     num_correct = tl.minimum(num_correct, steps)
 
     use_q = req_ok & (num_correct < steps)
-    final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
+    p_row = req64 * stride_pb + num_correct.to(tl.int64) * stride_pn
+    q_row = req64 * stride_qb + tl.minimum(num_correct, steps - 1).to(tl.int64) * stride_qn
+    sums_base = req64 * (2 * sums_width)
+    first_tile = tl.program_id(1) * tiles_per_chunk
+    end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
     final_base, final_constrained = mask_row_base(index_ptr, req64 * (steps + 1) + num_correct, req_ok & HAS_MASK, num_masks, mask_width,
                                                   HAS_INDEX)
-    if HAS_DRAFT_PROBS:
-        final = _sample_final(probs_ptr, req64 * stride_pb + num_correct.to(tl.int64) * stride_pn, stride_pv,
-                              draft_probs_ptr, req64 * stride_qb + tl.minimum(num_correct, steps - 1).to(tl.int64) * stride_qn, stride_qv,
-                              use_q, req_ok, tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64), tl.zeros([BLOCK_R, N_PAD], dtype=tl.int64),
-                              final_coin, vocab, BLOCK_R, BLOCK_V, NB_PAD, True, False,
-                              mask_ptr, final_base, final_constrained, mask_width, HAS_MASK)
-    else:  # residual = the target row without the rejected draft (its p, masked, quantised)
+    # Without draft probabilities the crossing block is compared with the rejected draft (PIECE x N_PAD).
+    PIECE: tl.constexpr = SUB if HAS_DRAFT_PROBS or SUB * N_PAD <= 2048 else 2048 // N_PAD
+    if HAS_DRAFT_PROBS:  # residual max(0, p - q)
+        rejected_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
+        rejected_q = rejected_tokens
+    else:  # residual of a one-hot q: the target row without the rejected draft (its p, masked, quantised)
         rejected_lane = (lanes[None, :] == num_correct[:, None]) & use_q[:, None] & draft_ok
         rejected_tokens = tl.where(rejected_lane, drafts, -1)
         rejected_q = tl.where(rejected_lane, _quantize(p), 0)
-        final = _sample_final(probs_ptr, req64 * stride_pb + num_correct.to(tl.int64) * stride_pn, stride_pv,
-                              probs_ptr, req64 * stride_pb, stride_pv, use_q, req_ok, rejected_tokens, rejected_q,
-                              final_coin, vocab, BLOCK_R, BLOCK_V, NB_PAD, False, True,
-                              mask_ptr, final_base, final_constrained, mask_width, HAS_MASK)
-    nodes = steps + 1
-    node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
-    predict = tl.where(lanes[None, :] < num_correct[:, None], drafts, tl.where(lanes[None, :] == num_correct[:, None], final[:, None], -1))
-    tl.store(predict_ptr + req64[:, None] * nodes + lanes[None, :], predict.to(tl.int32), mask=node_ok)
-    accept = tl.where(lanes[None, :] <= num_correct[:, None], req64[:, None] * nodes + lanes[None, :], -1)
-    tl.store(accept_ptr + req64[:, None] * nodes + lanes[None, :], accept.to(tl.int32), mask=node_ok)
-    tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
-    tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+    _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, rejected_tokens, rejected_q,
+                sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
+                BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
+    if _finishing(counter_ptr, req, req_ok, SPLIT):
+        final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
+        final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, rejected_tokens,
+                                  final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained, mask_width,
+                                  SUB, NB_PAD, PIECE, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
+        nodes = steps + 1
+        node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
+        predict = tl.where(lanes[None, :] < num_correct[:, None], drafts, tl.where(lanes[None, :] == num_correct[:, None], final[:, None], -1))
+        tl.store(predict_ptr + req64[:, None] * nodes + lanes[None, :], predict.to(tl.int32), mask=node_ok)
+        accept = tl.where(lanes[None, :] <= num_correct[:, None], req64[:, None] * nodes + lanes[None, :], -1)
+        tl.store(accept_ptr + req64[:, None] * nodes + lanes[None, :], accept.to(tl.int32), mask=node_ok)
+        tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
+        tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -413,9 +487,36 @@ class ArgmaxLaunch:
 
 @dataclass(frozen=True)
 class WalkLaunch:
+    """The greedy walks (tree and chain): grid (cdiv(bs, requests),)."""
     requests: int  # BLOCK_R: requests per program
     warps: int
-    block_v: int = 16  # vocabulary block of the final-token scan (sampling only)
+
+
+@dataclass(frozen=True)
+class SamplingLaunch:
+    """The sampling kernels: grid (cdiv(bs, requests), chunks). Chunk c sums the quantised row
+    over tiles [c * tiles_per_chunk, (c + 1) * tiles_per_chunk) of ``tile_v`` ids, per ``sub``-wide
+    block, into a (bs, 2 * sums_width) int64 scratch buffer."""
+    requests: int  # BLOCK_R
+    warps: int
+    tile_v: int
+    sub: int
+    num_tiles: int
+    tiles_per_chunk: int
+
+    @property
+    def chunks(self) -> int:
+        return triton.cdiv(self.num_tiles, self.tiles_per_chunk)
+
+    @property
+    def sums_width(self) -> int:
+        return self.num_tiles * (self.tile_v // self.sub)
+
+    @property
+    def nb_pad(self) -> int:
+        # At least SUB wide: tl.cumsum over a narrower row than a thread's vector does not lower
+        # on Triton 3.6.
+        return max(_pow2(self.sums_width), self.sub)
 
 
 def _pow2(count: int) -> int:
@@ -431,19 +532,47 @@ def argmax_launch(target: KernelTarget, rows: int, vocab: int) -> ArgmaxLaunch:
     return ArgmaxLaunch(block=min(block, max(triton.next_power_of_2(vocab), 128)), warps=256 // target.warp_size)
 
 
-def walk_launch(target: KernelTarget, bs: int, nodes: int, vocab: int = 0) -> WalkLaunch:
-    """One request per program on a GPU (one warp/wave for the register walk; the sampling scan
-    uses 256 threads over a 1024-wide vocabulary block). The interpreter batches thousands of
-    requests per program so that large batches stay vectorised."""
+def walk_launch(target: KernelTarget, bs: int, nodes: int) -> WalkLaunch:
+    """One request per program and one warp (wave64 on AMD) on a GPU: the walk is a chain of
+    dependent scalar loads. The interpreter batches thousands of requests per program so that
+    large batches stay vectorised."""
     if target.vendor == "interpreter":
-        # The interpreter caps a tensor at 2^20 elements; the largest here is the final-token
-        # block's (requests, BLOCK_V, N_PAD) comparison with the rejected tokens.
-        requests = min(_pow2(bs), 32768 // _pow2(nodes))
-        block_v = max(16, min(triton.next_power_of_2(max(vocab, 1)), 2**19 // (requests * _pow2(nodes))))
-        return WalkLaunch(requests=requests, warps=1, block_v=block_v)
-    block_v = max(1024, triton.next_power_of_2(triton.cdiv(max(vocab, 1), 256)))
-    warps = (256 if vocab else 32 * max(1, _pow2(nodes) // 32)) // target.warp_size
-    return WalkLaunch(requests=1, warps=max(1, min(warps, 8)), block_v=block_v)
+        return WalkLaunch(requests=min(_pow2(bs), 32768 // _pow2(nodes)), warps=1)
+    return WalkLaunch(requests=1, warps=1)
+
+
+def chain_launch(target: KernelTarget, bs: int, width: int, tiles: int) -> WalkLaunch:
+    """The chain prefix match holds a (width, tiles) matrix of tile maxima: about 8 per thread,
+    up to 256 threads (wave64 on AMD counts as 64)."""
+    walk = walk_launch(target, bs, width)
+    if target.vendor == "interpreter":
+        return walk
+    return WalkLaunch(requests=walk.requests, warps=target.warps(min(256, max(target.warp_size, _pow2(width) * _pow2(tiles) // 8))))
+
+
+def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> SamplingLaunch:
+    """128 threads per program on NVIDIA (4 warps: the walk's per-step reductions stay short), 256
+    on AMD (4 wave64 warps); the vocabulary is split into chunks until the grid has about two programs per
+    SM/CU, so bs = 1 reads its row with dozens of programs. The interpreter uses 2 chunks whenever
+    the row has 2 tiles (the split path is what the conformance suite checks there too) and keeps
+    every tensor under its 2^20-element cap."""
+    if target.vendor == "interpreter":
+        sub = 16
+        tile_v = max(sub, triton.next_power_of_2(triton.cdiv(max(vocab, 1), 2)))
+        num_tiles = triton.cdiv(max(vocab, 1), tile_v)
+        sums_pad = max(_pow2(num_tiles * tile_v // sub), sub)
+        cap = 2**19
+        requests = min(_pow2(bs), 32768 // _pow2(nodes), cap // sums_pad, cap // tile_v, cap // (tile_v // sub * _pow2(nodes)))
+        return SamplingLaunch(requests=max(requests, 1), warps=1, tile_v=tile_v, sub=sub, num_tiles=num_tiles,
+                              tiles_per_chunk=triton.cdiv(num_tiles, 2))
+    sub = 128
+    programs = 2 * target.multiprocessors
+    tile_v = min(2048, max(triton.next_power_of_2(max(vocab, 1)), sub))  # 16 fp32 per thread
+    num_tiles = triton.cdiv(max(vocab, 1), tile_v)
+    chunks = max(1, min(num_tiles, triton.cdiv(programs, max(bs, 1))))
+    threads = 256 if target.vendor == "amd" else 128  # AMD: 16 strided loads a thread spill at 128
+    return SamplingLaunch(requests=1, warps=target.warps(threads), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
+                          tiles_per_chunk=triton.cdiv(num_tiles, chunks))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -502,10 +631,20 @@ def _argmax_tiles(logits: torch.Tensor, target: KernelTarget, masks: Optional[Ma
 def _target_source(target_predict: torch.Tensor, target: KernelTarget, masks: Optional[MaskArgs] = None):
     """(ids or placeholder, tile_max, tile_id, num_tiles, from_logits) for the walk kernels."""
     if target_predict.dtype.is_floating_point:
+        if target_predict.dim() == 3:  # (bs, N, V) logits: the (bs*N, V) rows (a view when possible)
+            target_predict = target_predict.flatten(0, 1)
         tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target, masks)
         return tile_max, tile_max, tile_id, num_tiles, True
     ids = target_predict.reshape(-1)
     return ids, ids, ids, 1, False
+
+
+def _final_token_scratch(bs: int, config: SamplingLaunch, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(block sums (bs, 2 * sums_width) int64, arrival counters (bs,) int32 zeroed; the sums
+    buffer stands in when there is no split)."""
+    sums = torch.empty((bs, 2 * config.sums_width), dtype=torch.int64, device=device)
+    counters = torch.zeros(bs, dtype=torch.int32, device=device) if config.chunks > 1 else sums
+    return sums, counters
 
 
 def _probs_strides(probs: torch.Tensor, rows: int) -> tuple[int, int, int]:
@@ -546,14 +685,16 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
         return out
     vocab = target_probs.shape[-1]
     stride_b, stride_n, stride_v = _probs_strides(target_probs, nodes)
-    config = walk_launch(target, bs, nodes, vocab)
+    config = sampling_launch(target, bs, nodes, vocab)
+    sums, counters = _final_token_scratch(bs, config, candidates.device)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
-    _sampling_walk_kernel[(triton.cdiv(bs, config.requests),)](
+    _sampling_walk_kernel[(triton.cdiv(bs, config.requests), config.chunks)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
         target_probs, stride_b, stride_n, stride_v, coins.contiguous(), final_coins.contiguous(), float(threshold_single), float(threshold_acc),
-        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, vocab, *masks.args,
-        BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), BLOCK_V=config.block_v,
-        NB_PAD=_pow2(triton.cdiv(vocab, config.block_v)), **masks.flags, num_warps=config.warps,
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, vocab,
+        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args,
+        BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, SUB=config.sub,
+        NB_PAD=config.nb_pad, SPLIT=config.chunks > 1, **masks.flags, num_warps=config.warps,
     )
     return out
 
@@ -569,7 +710,7 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, toke
         return out[0], out[1]
     masks = MaskArgs.of(token_bitmask, bitmask_index, out[0])
     ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
-    config = walk_launch(target, bs, width)
+    config = chain_launch(target, bs, width, num_tiles)
     _chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
         candidates.contiguous(), ids, tile_max, tile_id, num_tiles, out[0], out[1], bs, width, *masks.args,
         BLOCK_R=config.requests, B_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
@@ -591,13 +732,15 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
     has_draft_probs = draft_probs is not None
     q_strides = _probs_strides(draft_probs, steps) if has_draft_probs else (0, 0, 0)
     p_strides = _probs_strides(target_probs, nodes)
-    config = walk_launch(target, bs, nodes, vocab)
+    config = sampling_launch(target, bs, nodes, vocab)
+    sums, counters = _final_token_scratch(bs, config, draft_ids.device)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
-    _chain_sampling_kernel[(triton.cdiv(bs, config.requests),)](
+    _chain_sampling_kernel[(triton.cdiv(bs, config.requests), config.chunks)](
         draft_ids.contiguous(), draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
-        *masks.args, BLOCK_R=config.requests, N_PAD=_pow2(nodes), BLOCK_V=config.block_v,
-        NB_PAD=_pow2(triton.cdiv(vocab, config.block_v)), **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, num_warps=config.warps,
+        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args,
+        BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
+        SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, num_warps=config.warps,
     )
     return out
 
@@ -616,7 +759,7 @@ PROVIDERS = {
 _LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
 # (bs, N, V, S): production shapes, an odd tiny one, and the conformance case whose runtime
 # specialisation (unit vocabulary stride, V and row stride multiples of 16) once failed to lower.
-_SHAPES = ((1, 4, 32000, 3), (64, 8, 151936, 5), (256, 32, 151936, 5), (3, 6, 8, 5), (4, 8, 16, 3))
+_SHAPES = ((1, 4, 32000, 3), (64, 8, 151936, 5), (256, 32, 151936, 5), (3, 6, 8, 5), (4, 8, 16, 3), (1, 64, 151936, 6))
 
 
 def compile_specs(target: KernelTarget):
@@ -632,7 +775,8 @@ def compile_specs(target: KernelTarget):
 
     def add(kernel, signature, constexprs, num_warps, *, placeholder="*i32", masked=False, extra=(), **values):
         """The launch without a mask (mask pointers are the ``placeholder``), and with
-        ``masked`` its token_bitmask variants (no index, int32 and int64 index)."""
+        ``masked`` its token_bitmask variants (no index, int32 and int64 index); ``extra``:
+        further constexpr variants of the unmasked launch."""
         variants = [(placeholder, placeholder, False, False)]
         if masked:
             variants += [("*i32", "*i32", True, False), ("*i32", "*i32", True, True), ("*i32", "*i64", True, True)]
@@ -668,27 +812,30 @@ def compile_specs(target: KernelTarget):
                 {"cand_ptr": "*i64", "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
                  "num_correct_ptr": "*i32", "bonus_ptr": "*i64", "bs": "i32", "width": "i32", "BLOCK_R": "constexpr",
                  "B_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
-                {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits}, walk.warps,
+                {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits},
+                chain_launch(target, bs, nodes, tiles).warps,
                 masked=masked and from_logits, num_tiles=tiles, bs=bs, width=nodes)
-        sampling = walk_launch(target, bs, nodes, vocab)
-        blocks = _pow2(triton.cdiv(vocab, sampling.block_v))
+        sampling = sampling_launch(target, bs, nodes, vocab)
+        final = {"sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32"}
+        final_values = {"sums_width": sampling.sums_width, "tiles_per_chunk": sampling.tiles_per_chunk}
+        final_constexprs = {"TILE_V": sampling.tile_v, "SUB": sampling.sub, "NB_PAD": sampling.nb_pad, "SPLIT": sampling.chunks > 1}
         add(_sampling_walk_kernel,
             {**walk_links, "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64",
              "coins_ptr": "*fp32", "final_coins_ptr": "*fp32", "threshold_single": "fp32", "threshold_acc": "fp32",
-             **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
-             "N_PAD": "constexpr", "W_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr"},
-            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "BLOCK_V": sampling.block_v, "NB_PAD": blocks},
+             **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", **final, "BLOCK_R": "constexpr",
+             "N_PAD": "constexpr", "W_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}},
+            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), **final_constexprs},
             sampling.warps, masked=masked, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
-            vocab=vocab)
+            vocab=vocab, **final_values)
         chain_steps = nodes - 1
         add(_chain_sampling_kernel,
             {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
              "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
-             "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", "BLOCK_R": "constexpr",
-             "N_PAD": "constexpr", "BLOCK_V": "constexpr", "NB_PAD": "constexpr", "HAS_DRAFT_PROBS": "constexpr"},
-            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "BLOCK_V": sampling.block_v, "NB_PAD": blocks, "HAS_DRAFT_PROBS": True},
-            sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab,
-            stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab)
+             "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", **final, "BLOCK_R": "constexpr",
+             "N_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}, "HAS_DRAFT_PROBS": "constexpr"},
+            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), **final_constexprs, "HAS_DRAFT_PROBS": True},
+            sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
+            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values)
     return specs
 
 
@@ -697,8 +844,9 @@ def describe_launch(target: KernelTarget) -> list[str]:
     for bs, nodes, vocab, _ in _SHAPES[:3]:
         argmax = argmax_launch(target, bs * nodes, vocab)
         walk = walk_launch(target, bs, nodes)
-        sampling = walk_launch(target, bs, nodes, vocab)
+        sampling = sampling_launch(target, bs, nodes, vocab)
         lines.append(f"verify bs={bs} N={nodes} V={vocab}: argmax BLOCK={argmax.block} x {triton.cdiv(vocab, argmax.block)} tiles/row, "
-                     f"{argmax.warps} warps; walk {walk.requests} req/program, {walk.warps} warps; sampling scan BLOCK_V={sampling.block_v}, "
-                     f"{sampling.warps} warps x {target.warp_size} lanes")
+                     f"{argmax.warps} warps; walk {walk.requests} req/program, {walk.warps} warps; sampling {sampling.chunks} chunks x "
+                     f"{sampling.tiles_per_chunk} tiles of {sampling.tile_v} (blocks of {sampling.sub}), {sampling.warps} warps x "
+                     f"{target.warp_size} lanes")
     return lines

@@ -4,6 +4,10 @@
 functions (``spec_hal.draft_topk(...)``) that run on the backend for their tensors' device;
 ``spec_hal.get_backend(name)`` returns one backend to call explicitly; ``spec_hal.explain()`` says
 what was found and which provider runs each op.
+
+The types the ops take and return (``DraftTree``, ``Verdict``, ``TreeRecord``, ``Expansion``,
+``DraftState``, ``DraftResult``, ``DraftSlots``, ``MambaCommit``) and ``MAX_TOPK`` are exported
+here. Semantics: docs/semantics.md; shapes and dtypes side by side: docs/conventions.md.
 """
 from __future__ import annotations
 
@@ -27,10 +31,8 @@ def _map_source_checkout_subpackages() -> None:
         folder = os.path.join(root, name)
         if f"{__name__}.{name}" in sys.modules or not os.path.isfile(os.path.join(folder, "__init__.py")):
             continue
-        found = importlib.util.find_spec(f"{__name__}.{name}")
-        # An editable install of another checkout maps the name to its folder: this checkout's wins.
-        if found is not None and os.path.dirname(os.path.abspath(found.origin or "")) == folder:
-            continue
+        # No find_spec() shortcut: an editable install of another checkout maps these names to
+        # that checkout's folders, and its kernels would run under this checkout's spec_hal.
         spec = importlib.util.spec_from_file_location(
             f"{__name__}.{name}", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
         )
@@ -57,6 +59,19 @@ _LAZY = {
     "run_draft": ("spec_hal.draft_loop", "run_draft"),
     "draft_step": ("spec_hal.draft_loop", "draft_step"),
     "DraftGraphs": ("spec_hal.draft_loop", "DraftGraphs"),
+    "warmup": ("spec_hal.warmstart", "warmup"),
+    "register_torch_ops": ("spec_hal.torch_library", "register"),
+    # The types ops take and return, and their limits (docs/conventions.md).
+    "DraftTree": ("spec_hal.types", "DraftTree"),
+    "Verdict": ("spec_hal.types", "Verdict"),
+    "TreeRecord": ("spec_hal.types", "TreeRecord"),
+    "Expansion": ("spec_hal.types", "Expansion"),
+    "DraftState": ("spec_hal.types", "DraftState"),
+    "DraftResult": ("spec_hal.types", "DraftResult"),
+    "DraftSlots": ("spec_hal.kv", "DraftSlots"),
+    "MambaCommit": ("spec_hal.mamba", "MambaCommit"),
+    "GraphSupport": ("spec_hal.capabilities", "GraphSupport"),
+    "MAX_TOPK": ("spec_hal.topk", "MAX_TOPK"),
     "tree_paths": ("spec_hal.tree", "tree_paths"),
     "tree_parents": ("spec_hal.tree", "tree_parents"),
     "pack_bitmask": ("spec_hal.masks", "pack_bitmask"),
@@ -93,22 +108,31 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    """Lazy exports and ops, each resolved once: the result is stored in the module's globals, so
+    later ``spec_hal.<name>`` lookups never reach this function (no import machinery per call)."""
     import importlib
-    import importlib.util
 
     if name in _LAZY:
         module, attribute = _LAZY[name]
-        return getattr(importlib.import_module(module), attribute)
-    if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = globals()[name] = getattr(importlib.import_module(module), attribute)
+        return value
+    if name.startswith("_") or _is_submodule(name):
         # A submodule not imported yet: let the import system load it (``from spec_hal import
         # tree`` asks here first, and must not trigger the import of every family).
         raise AttributeError(name)
     from .ops import dispatcher
-    from .registry import all_ops
+    from .registry import op_names
 
-    if name in all_ops():
-        return dispatcher(name)
+    if name in op_names():
+        value = globals()[name] = dispatcher(name)
+        return value
     raise AttributeError(f"module 'spec_hal' has no attribute {name!r}")
+
+
+def _is_submodule(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(f"{__name__}.{name}") is not None
 
 
 def __dir__():

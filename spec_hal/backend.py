@@ -11,6 +11,7 @@ Plugins register a :class:`BackendFactory` under the entry-point group ``spec_ha
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
@@ -18,7 +19,7 @@ import torch
 
 from .capabilities import Capabilities
 from .errors import UnsupportedOnBackend
-from .registry import all_ops, op_spec
+from .registry import OpSpec, all_ops, op_spec
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Backend:
     providers: dict[str, Provider]
     unsupported: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    _bound: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def device(self) -> torch.device:
@@ -54,19 +56,21 @@ class Backend:
             raise UnsupportedOnBackend(op, self.name, missing)
         return self.providers[op]
 
+    def bound(self, op: str) -> Callable:
+        """The callable behind ``backend.<op>``: the op's check, then its provider.
+
+        Built once per backend and op (a backend's providers never change after ``create``), so
+        a call costs the check and the provider and nothing else.
+        """
+        bound = self._bound.get(op)
+        if bound is None:
+            bound = self._bound[op] = bind_op(op_spec(op), self.provider(op).fn)
+        return bound
+
     def __getattr__(self, op: str) -> Callable:
         if op.startswith("_"):
             raise AttributeError(op)
-        spec = op_spec(op)
-        provider = self.provider(op)
-
-        def call(*args, **kwargs):
-            spec.check(*args, **kwargs)
-            return provider.fn(*args, **kwargs)
-
-        call.__name__ = op
-        call.__doc__ = spec.reference.__doc__
-        return call
+        return self.bound(op)
 
     def describe_providers(self) -> dict[str, str]:
         """Op name to provider description, with unsupported ops marked."""
@@ -77,6 +81,40 @@ class Backend:
             else:
                 table[op] = "UNSUPPORTED: " + self.unsupported.get(op, "no provider registered")
         return table
+
+
+def bind_op(spec: OpSpec, provider_fn: Callable) -> Callable:
+    """``check`` then ``provider_fn``, as one function named like the op.
+
+    A call that does not fit the op's signature raises ``TypeError`` naming ``spec_hal.<op>``
+    (not the check function that happened to be called first). The signature is inspected only
+    on that error path.
+    """
+    check = spec.check
+
+    def call(*args, **kwargs):
+        try:
+            check(*args, **kwargs)
+        except TypeError:
+            error = signature_error(spec, args, kwargs)
+            if error is None:
+                raise
+            raise error from None
+        return provider_fn(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = spec.name
+    call.__doc__ = spec.reference.__doc__
+    call.__wrapped__ = spec.reference
+    return call
+
+
+def signature_error(spec: OpSpec, args: tuple, kwargs: dict) -> Optional[TypeError]:
+    """A TypeError naming ``spec_hal.<op>`` when ``args``/``kwargs`` do not fit its signature."""
+    try:
+        inspect.signature(spec.reference).bind(*args, **kwargs)
+    except TypeError as exc:
+        return TypeError(f"spec_hal.{spec.name}(): {exc}")
+    return None
 
 
 def reference_providers() -> dict[str, Provider]:

@@ -245,10 +245,28 @@ SIMULATED_DEVICES: dict[str, tuple[DeviceFacts, TritonFacts]] = {
 }
 
 
+def _installed_version(*distributions: str) -> Optional[str]:
+    """The version of the first installed distribution among ``distributions`` (no import)."""
+    from importlib import metadata
+
+    for name in distributions:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def read_triton_facts(*, query_driver: bool) -> TritonFacts:
-    """Find the installed Triton. Only with ``query_driver`` is the active GPU driver asked."""
+    """Find the installed Triton. Only with ``query_driver`` is the active GPU driver asked, and
+    only then is Triton imported (about 200 ms): a CPU probe reads the version from the package
+    metadata, so the cpu backend never imports Triton."""
     if importlib.util.find_spec("triton") is None:
         return TritonFacts(None, import_error="No module named 'triton'")
+    if not query_driver:
+        version = _installed_version("triton", "pytorch-triton-rocm", "pytorch-triton", "triton-nightly")
+        if version is not None:
+            return TritonFacts(version)
     try:
         import triton
     except Exception as exc:  # a broken install must not break spec_hal's import or probe

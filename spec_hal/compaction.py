@@ -19,7 +19,6 @@ Preconditions (verified only when ``SPEC_HAL_CHECKS=1``, since they need the val
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
@@ -36,7 +35,7 @@ COMPACT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64,
 
 def value_checks_enabled() -> bool:
     """True when ``SPEC_HAL_CHECKS=1``: run the value checks that need a host sync."""
-    return os.environ.get("SPEC_HAL_CHECKS") == "1"
+    return checks.value_checks_enabled()
 
 
 def check_verdict(name: str, verdict: object) -> Verdict:
@@ -85,7 +84,11 @@ def check_bonus_tokens(verdict, *, out=None) -> None:
     check_single_out(out, (verdict.batch_size,), verdict.predict.dtype, verdict.device)
 
 
-@register_op("bonus_tokens", family="compaction", check=check_bonus_tokens)
+def fake_bonus_tokens(verdict, *, out=None) -> torch.Tensor:
+    return verdict.predict.new_empty((verdict.accept_index.shape[0],))
+
+
+@register_op("bonus_tokens", family="compaction", check=check_bonus_tokens, fake=fake_bonus_tokens)
 def bonus_tokens(verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The last emitted token of each request: the root of its next tree (P12).
 
@@ -107,24 +110,39 @@ def bonus_tokens(verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> tor
     return out
 
 
+def batch_first(x: torch.Tensor, verdict: Verdict) -> bool:
+    """Whether ``x`` is node-indexed as (bs, N, ...) rather than (bs*N, ...) (both are accepted,
+    as verify_sampling accepts (bs, N, V) and (bs*N, V) probabilities; docs/conventions.md)."""
+    rows, total = verdict.accept_index.shape[0], verdict.predict.shape[0]
+    return x.dim() >= 2 and x.shape[0] != total and rows > 0 and tuple(x.shape[:2]) == (rows, total // rows)
+
+
 def check_compact_accepted(x, verdict, *, out=None) -> None:
     verdict = check_verdict("verdict", verdict)
     x = checks.tensor("x", x, dtypes=COMPACT_DTYPES, device=verdict.device)
-    if x.dim() < 1 or x.shape[0] != verdict.predict.shape[0]:
-        raise InvalidInput("x", f"a node-indexed tensor with bs*N = {verdict.predict.shape[0]} rows", f"shape {tuple(x.shape)}")
+    total, rows = verdict.predict.shape[0], verdict.accept_index.shape[0]
+    if x.dim() < 1 or (x.shape[0] != total and not batch_first(x, verdict)):
+        nodes = total // rows if rows else "N"
+        raise InvalidInput("x", f"a node-indexed tensor of shape ({total}, ...) or ({rows}, {nodes}, ...)",
+                           f"shape {tuple(x.shape)}")
     if out is not None:
         check_single_out(out, tuple(x.shape), x.dtype, verdict.device)
         if out.numel() and out.data_ptr() == x.data_ptr():
             raise InvalidInput("out", "a buffer other than x (compaction reads rows it overwrites)", "x itself")
 
 
-@register_op("compact_accepted", family="compaction", check=check_compact_accepted)
+def fake_compact_accepted(x, verdict, *, out=None) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@register_op("compact_accepted", family="compaction", check=check_compact_accepted, fake=fake_compact_accepted)
 def compact_accepted(x: torch.Tensor, verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Move each request's accepted path to the front of its block of rows (P14).
 
     Args:
-        x: (bs*N, ...) node-indexed tensor of any float or integer dtype (predict (bs*N,) int32,
-            target hidden states (bs*N, H) bf16/fp32, ...); any strides.
+        x: (bs*N, ...) or (bs, N, ...) node-indexed tensor of any float or integer dtype
+            (predict (bs*N,) int32, target hidden states (bs*N, H) or (bs, N, H) bf16/fp32, ...);
+            any strides. The result has x's shape.
         verdict: the Verdict whose accept_index (bs, S+1) global node ids select the rows.
         out: optional contiguous buffer shaped and typed like x (not x itself).
 
@@ -132,6 +150,9 @@ def compact_accepted(x: torch.Tensor, verdict: Verdict, *, out: Optional[torch.T
         A tensor like x where rows ``b*N + r`` for ``r < accept_lens[b]`` hold
         ``x[accept_index[b, r]]`` (root, accepted drafts, in order) and every other row is x's.
     """
+    if batch_first(x, verdict):
+        flat_out = None if out is None else out.view(-1, *x.shape[2:])
+        return compact_accepted(x.flatten(0, 1), verdict, out=flat_out).view(x.shape)
     rows, width = verdict.accept_index.shape
     result = x.clone(memory_format=torch.contiguous_format) if out is None else out.copy_(x)
     if rows == 0:

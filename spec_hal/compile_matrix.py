@@ -22,7 +22,7 @@ longer than ``--timeout`` seconds (it is stopped). Known findings are data
 and expected to fail, ``skip`` entries are not compiled (too slow to compile in CI). Identical
 compiles are deduplicated; compiles run in ``--jobs`` fresh processes; Triton's on-disk cache
 makes repeated runs fast. Exit status: 0 every kernel within limits (or failing as listed), 1 a
-failure, 4 a usage error, 6 a stale known-issue entry (it matches nothing, or its compiles pass).
+failure, 2 a usage error, 6 a stale known-issue entry (it matches nothing, or its compiles pass).
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ DEFAULT_TIMEOUT_S = 120.0  # one kernel compiling longer stalls an engine's firs
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_USAGE = 4
+EXIT_USAGE = 2  # spec_hal.cli's exit codes
 EXIT_STALE = 6  # as in the conformance suite: a known-issue entry matches nothing or now passes
 
 
@@ -218,6 +218,22 @@ def check_limits(resources: KernelResources) -> list[str]:
 # --- known issues (ci/xfail/compile-matrix.toml) ------------------------------------------------------
 
 
+def default_known_issues() -> Optional[str]:
+    """The manifest applied unless ``--strict``: ``ci/xfail/compile-matrix.toml`` of a source
+    checkout, else the copy installed with the package (``spec_hal.known_issues``)."""
+    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ci", "xfail",
+                            "compile-matrix.toml")
+    if os.path.isfile(checkout):
+        return checkout
+    try:
+        from importlib.resources import files
+
+        installed = files("spec_hal.known_issues") / "compile-matrix.toml"
+        return str(installed) if installed.is_file() else None
+    except (ModuleNotFoundError, TypeError):
+        return None
+
+
 def load_known_issues(path: str) -> list[dict]:
     """Entries ``{kernel, targets?, constexprs?, action, reason, link}``; see docs/compile-matrix.md.
 
@@ -267,10 +283,24 @@ def known_issue_for(entries: list[dict], job: CompileJob) -> Optional[dict]:
     return next((entry for entry in entries if _matches(entry, job)), None)
 
 
+def _in_scope(entry: dict, jobs: list[CompileJob]) -> bool:
+    """Whether this run compiles anything the entry could be about: one of its targets and its
+    kernel module. An entry for gfx942 is not stale in a ``--targets sm_90`` run (the shipped
+    manifest is applied by default, whatever subset of targets and modules is asked for)."""
+    modules = {job.module.rsplit(".", 1)[-1] for job in jobs}
+    archs = {job.arch for job in jobs}
+    module_pattern = entry["kernel"].split(".", 1)[0]
+    return (any(fnmatch.fnmatch(module, module_pattern) for module in modules)
+            and any(fnmatch.fnmatch(arch, pattern) for arch in archs for pattern in entry.get("targets", ["*"])))
+
+
 def stale_entries(entries: list[dict], jobs: list[CompileJob], results: list[KernelResources]) -> list[str]:
-    """Entries that match no compile, or whose every compiled match now passes."""
+    """Entries in scope of this run (:func:`_in_scope`) that match no compile, or whose every
+    compiled match now passes."""
     stale = []
     for entry in entries:
+        if not _in_scope(entry, jobs):
+            continue
         matched = [result for job, result in zip(jobs, results) if known_issue_for(entries, job) is entry]
         if not matched:
             stale.append(f"known issue {entry['kernel']} {entry.get('constexprs', {})} matches no compile")
@@ -341,7 +371,10 @@ def compile_job(job: CompileJob) -> KernelResources:
     try:
         kernel, signature, constexprs, num_warps, attrs, options = _spec_parts(_specs(job.module, job.arch)[job.spec_index])
         source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs or None)
-        compiled = triton.compile(source, target=target, options={"num_warps": num_warps, **options})
+        from spec_hal.kernels.launch import FP_FUSION
+
+        compiled = triton.compile(source, target=target,
+                                  options={"num_warps": num_warps, "enable_fp_fusion": FP_FUSION, **options})
         result.shared_bytes = int(compiled.metadata.shared)
         if target.backend == "cuda":
             usage = cubin_resources(compiled.asm["cubin"])
@@ -558,6 +591,14 @@ def _group_status(kernels: list[dict]) -> str:
     return ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items()))
 
 
+def failure_line(kernel: dict, width: int = 160) -> str:
+    """One line for a failed compile; the signature and the full error are in the JSON report."""
+    reason = (kernel["error"] or "; ".join(kernel["problems"])).strip().splitlines()
+    reason = reason[-1] if reason else "failed"
+    line = f"FAIL {kernel['arch']} {kernel['kernel']} num_warps={kernel['num_warps']} {kernel['constexprs']}: {reason}"
+    return line if len(line) <= width else line[:width - 3] + "..."
+
+
 def main(targets: Sequence[str], *, json_path: Optional[str], markdown_path: Optional[str], jobs: int,
          modules: Optional[Sequence[str]] = None, timeout_s: float = DEFAULT_TIMEOUT_S,
          known_issues_path: Optional[str] = None) -> int:
@@ -566,14 +607,15 @@ def main(targets: Sequence[str], *, json_path: Optional[str], markdown_path: Opt
     from spec_hal import kernels
 
     if kernels.loaded_mode() == "interpreter":
-        print("spec-hal compile-matrix: the kernels were loaded by the interpreter in this process; run it in a fresh one")
+        print("spec-hal compile-matrix: the kernels were loaded by the interpreter in this process; run it in a fresh one",
+              file=sys.stderr)
         return EXIT_USAGE
     try:
         known_issues = load_known_issues(known_issues_path) if known_issues_path else []
         report = run_matrix(list(targets), module_names=modules, jobs=jobs, timeout_s=timeout_s,
                             known_issues=known_issues, progress=_print_progress)
     except (ValueError, OSError) as exc:
-        print(f"spec-hal compile-matrix: {exc}")
+        print(f"spec-hal compile-matrix: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if json_path:
         write_json(report, json_path)
@@ -584,9 +626,9 @@ def main(targets: Sequence[str], *, json_path: Optional[str], markdown_path: Opt
     print(text)
     for kernel in report["kernels"]:
         if kernel["outcome"] == "fail":
-            reason = kernel["error"] or "; ".join(kernel["problems"])
-            print(f"FAIL {kernel['arch']} {kernel['kernel']} num_warps={kernel['num_warps']} "
-                  f"constexprs={kernel['constexprs']} signature={kernel['signature']}: {reason}")
+            print(failure_line(kernel))
+    if report["failed"]:
+        print("(every failure in full: --json FILE)" if not json_path else f"(every failure in full: {json_path})")
     for line in report["stale_known_issues"]:
         print(f"STALE {line}")
     counts = ", ".join(f"{count} {outcome}" for outcome, count in report["counts"].items() if count)

@@ -14,6 +14,12 @@ draft = target head + noise construction with low-rank noise). ``8b`` needs a GP
 CPU it stops with one line (2 GB of bfloat16 weights; a round takes seconds there). On a GPU the
 demo first runs the same generation untimed (kernel compilation, graph capture, first calls) and
 reports that time apart, so that compilation is never counted as op time.
+
+The greedy self-check is one incremental greedy run of the target (linear in the tokens). With
+more than ``SUMMARY_ABOVE`` requests (or ``--summary``) the per-request token lists are replaced
+by a one-line digest per request. Every option is checked before any work, with one line naming
+the option and the bound it broke (:func:`check_arguments`); the module imports torch only when
+the demo runs, so that ``spec-hal --help`` stays fast.
 """
 from __future__ import annotations
 
@@ -22,13 +28,18 @@ import sys
 import time
 from dataclasses import dataclass
 
-import torch
-
 DEFAULT_PROMPT = (12, 7, 33, 5, 48, 21, 9, 60, 17, 2)
 OPS_USED = ("draft_topk", "expand_tree", "organize_draft", "build_tree", "verify_greedy", "verify_sampling",
             "bonus_tokens", "compact_accepted", "accepted_kv_moves", "move_kv", "scatter_mamba_state",
             "commit_mamba_state")
 VOCAB, HIDDEN, CONTEXT_GAIN, DRAFT_NOISE = 64, 16, 0.3, 0.3
+MAX_TOPK = 16  # spec_hal.topk.MAX_TOPK (kept equal by tests/test_cli_options.py; importing it needs torch)
+MAX_STEPS = 16
+MAX_BATCH, MAX_TOKENS, MAX_PAGE_SIZE = 4096, 100_000, 4096
+MAX_CACHE_BYTES = 4 << 30  # the demo's KV cache grows with batch x tokens x (S + 1)
+DEFAULT_DRAFT_TOKENS = 12
+SUMMARY_ABOVE = 8  # requests: more are summarised (one line each) unless --no-summary
+DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -53,24 +64,52 @@ PRESETS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", help="backend to run on (default: the auto-selected one)")
-    parser.add_argument("--steps", "-S", type=int, default=4, help="draft steps S (default 4)")
-    parser.add_argument("--topk", "-K", type=int, default=4, help="top-k per draft step K (default 4)")
-    parser.add_argument("--draft-tokens", "-N", type=int, default=12, help="tree nodes N incl. the root (default 12)")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default), > 0 = sampling")
-    parser.add_argument("--page-size", type=int, default=16, help="KV cache page size (default 16)")
+    from .cli import add_backend_option, bounded_float, bounded_int
+
+    add_backend_option(parser)
+    parser.add_argument("--steps", "-S", type=bounded_int(1, MAX_STEPS), default=4, help="draft steps S (default 4)")
+    parser.add_argument("--topk", "-K", type=bounded_int(1, MAX_TOPK), default=4,
+                        help=f"top-k per draft step K, 1..{MAX_TOPK} (draft_topk's limit; default 4)")
+    parser.add_argument("--draft-tokens", "-N", type=bounded_int(1, 1 + MAX_TOPK + (MAX_STEPS - 1) * MAX_TOPK ** 2),
+                        default=None, help=f"tree nodes N incl. the root, at most 1 + K + (S-1)K^2 "
+                                           f"(default {DEFAULT_DRAFT_TOKENS}, or that bound when smaller)")
+    parser.add_argument("--temperature", type=bounded_float(0.0, 1000.0), default=0.0,
+                        help="0 = greedy (default), > 0 = sampling")
+    parser.add_argument("--page-size", type=bounded_int(1, MAX_PAGE_SIZE), default=16, help="KV cache page size (default 16)")
     parser.add_argument("--hybrid", action=argparse.BooleanOptionalAction, default=True,
                         help="target with a recurrent (Mamba-like) layer (default: on)")
     parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
                         help="run the draft loop through a GraphRunner (default: on)")
-    parser.add_argument("--max-tokens", type=int, default=32, help="tokens to generate per request (default 32)")
-    parser.add_argument("--batch-size", type=int, default=2, help="requests (default 2; prompts are rotations of one)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling coins (default 0)")
+    parser.add_argument("--max-tokens", type=bounded_int(1, MAX_TOKENS), default=32,
+                        help="tokens to generate per request (default 32)")
+    parser.add_argument("--batch-size", type=bounded_int(1, MAX_BATCH), default=2,
+                        help="requests (default 2; prompts are rotations of one)")
+    parser.add_argument("--seed", type=bounded_int(0, 2**63 - 1), default=0, help="seed of the sampling coins (default 0)")
     parser.add_argument("--grammar", action="store_true",
                         help="constrain the output with a small regular language (running token sum mod 3 never 0) "
                              "through vocabulary bitmasks; greedy output is checked against constrained greedy decoding")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
                         help="model shape: tiny (V=64, H=16, float64; default) or 8b (V=128256, H=4096, bfloat16; GPU only)")
+    parser.add_argument("--summary", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"one digest line per request instead of its tokens (default: on above {SUMMARY_ABOVE} requests)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The checks that involve several options (each option's own bound is its argparse type)."""
+    from .cli import fail
+
+    most_nodes = 1 + args.topk + (args.steps - 1) * args.topk ** 2
+    if args.draft_tokens is None:  # not given: the default, shrunk to what S and K can fill
+        args.draft_tokens = min(DEFAULT_DRAFT_TOKENS, most_nodes)
+    if args.draft_tokens > most_nodes:
+        fail(f"argument --draft-tokens/-N: expected at most 1 + K + (S-1)K^2 = {most_nodes} tree nodes for "
+             f"--steps {args.steps} --topk {args.topk}, got {args.draft_tokens}")
+    preset = PRESETS[args.preset]
+    width = len(DEFAULT_PROMPT) + args.max_tokens * (args.steps + 1) + args.draft_tokens + 1
+    cache_bytes = 2 * args.batch_size * (width + args.page_size) * preset.hidden * DTYPE_BYTES[preset.dtype]
+    if cache_bytes > MAX_CACHE_BYTES:
+        fail(f"arguments --batch-size x --max-tokens: the demo's KV cache would need {cache_bytes / 2**30:.1f} GiB "
+             f"(at most {MAX_CACHE_BYTES >> 30} GiB); lower one of them")
 
 
 class ProgressBar:
@@ -87,31 +126,32 @@ class ProgressBar:
         self.stream.flush()
 
 
-def prompts(batch_size: int) -> torch.Tensor:
+def prompts(batch_size: int) -> "torch.Tensor":
+    import torch
+
     base = torch.tensor(DEFAULT_PROMPT, dtype=torch.int64)
     return torch.stack([base.roll(shift) for shift in range(batch_size)]) if batch_size else base[None, :0]
 
 
-def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
-    from .errors import BackendUnavailable, InvalidInput
-    from .selection import get_backend
+def run_demo(args: argparse.Namespace, out=None) -> int:
+    """The ``spec-hal demo`` command (exit codes of :mod:`spec_hal.cli`)."""
+    from .cli import EXIT_FAILED, EXIT_OK, fail, require_backend
+
+    out = out or sys.stdout
+    check_arguments(args)
+    backend = require_backend(args.backend)
+    preset = PRESETS[args.preset]
+    if preset.gpu_only and backend.device.type == "cpu":
+        fail(f"argument --preset: {args.preset} needs a GPU backend (V={preset.vocab} H={preset.hidden} {preset.dtype}: "
+             f"2 GB of weights, seconds per round on a CPU); on {backend.name} use --preset tiny")
+
+    import torch
+
+    from .errors import InvalidInput
     from .testing.engine import EngineConfig, SpeculativeEngine
     from .testing.grammar import ModularSumGrammar
     from .testing.models import NoisyDraftModel, TargetModel
 
-    try:
-        backend = get_backend(args.backend)
-    except BackendUnavailable as exc:
-        print(f"spec-hal demo: {exc}", file=sys.stderr)
-        return 3
-    if args.batch_size < 1 or args.max_tokens < 1 or args.temperature < 0:
-        print("spec-hal demo: --batch-size and --max-tokens must be >= 1, --temperature >= 0", file=sys.stderr)
-        return 2
-    preset = PRESETS[args.preset]
-    if preset.gpu_only and backend.device.type == "cpu":
-        print(f"spec-hal demo: --preset {args.preset} needs a GPU backend (V={preset.vocab} H={preset.hidden} {preset.dtype}: "
-              f"2 GB of weights, seconds per round on a CPU); on {backend.name} use --preset tiny", file=sys.stderr)
-        return 2
     if backend.device.type == "cpu":
         # The models are tiny (16 x 64 matmuls): one thread avoids OpenMP start-up and spinning,
         # which costs far more than the work on a loaded 2-core machine.
@@ -128,9 +168,8 @@ def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
         engine = SpeculativeEngine(target, draft, ops=backend, config=config, timing=True, device_timing=True)
         start = time.perf_counter()
         result = engine.generate(prompt, generator=torch.Generator().manual_seed(args.seed), progress=ProgressBar())
-    except InvalidInput as exc:
-        print(f"spec-hal demo: {exc}", file=sys.stderr)
-        return 2
+    except InvalidInput as exc:  # the checks above should make this unreachable: say which op objected
+        fail(f"an op rejected the configuration: {exc}")
     elapsed = time.perf_counter() - start
     _print_report(out, backend, config, args, prompt, result, elapsed, engine, compiled_before=warmup_s is not None)
     if warmup_s is not None:
@@ -140,10 +179,10 @@ def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
         in_language = config.grammar.accepts(result.tokens)
         print(f"output in the grammar's language: {'yes' if in_language else 'NO'}", file=out)
         if not in_language:
-            return 1
+            return EXIT_FAILED
     if config.temperature == 0:
         return _greedy_check(target, prompt.to(backend.device), result.tokens, preset, out, grammar=config.grammar)
-    return 0
+    return EXIT_OK
 
 
 def _untimed_first_run(target, draft, backend, config, prompt, seed, out):
@@ -196,9 +235,16 @@ def _print_report(out, backend, config, args, prompt, result, elapsed, engine, *
           f"draft = target head + {noise}", file=out)
     print(f"config: S={config.steps} K={config.topk} N={config.draft_tokens} page_size={config.page_size} "
           f"temperature={config.temperature} graphs={graph} batch={prompt.shape[0]} seed={args.seed}", file=out)
+    summary = args.summary if args.summary is not None else prompt.shape[0] > SUMMARY_ABOVE
+    accepted = (result.accept_lens * result.active).sum(dim=0).tolist()
+    active_rounds = result.active.sum(dim=0).tolist()
     for row, tokens in enumerate(result.tokens.tolist()):
-        print(f"request {row}: prompt {prompt[row].tolist()}", file=out)
-        print(f"  generated {tokens}", file=out)
+        if summary:
+            print(f"request {row}: {len(tokens)} tokens, first {tokens[:4]}, "
+                  f"mean acceptance {accepted[row] / max(active_rounds[row], 1):.2f}", file=out)
+        else:
+            print(f"request {row}: prompt {prompt[row].tolist()}", file=out)
+            print(f"  generated {tokens}", file=out)
     print(f"rounds (target verify steps): {result.rounds}", file=out)
     print(f"mean acceptance length: {result.mean_acceptance_length:.2f} (accepted drafts + 1 per verify)", file=out)
     print(f"tokens per target step: {result.tokens_per_target_step:.2f} (plain decoding: 1.00)", file=out)

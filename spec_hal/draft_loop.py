@@ -1,4 +1,4 @@
-"""The draft-loop driver ``run_draft`` (DESIGN.md §4; P17, P18): it owns the state mutations that
+"""The draft-loop driver ``run_draft`` (docs/architecture.md §4; docs/semantics.md P17, P18): it owns the state mutations that
 engines kept getting wrong (upstream bugs 1 and 2).
 
 Loop for S steps (S - 1 draft forwards):

@@ -52,21 +52,43 @@ def explain(name: Optional[str] = None, device=None) -> str:
     return "\n".join(lines)
 
 
-def explain_simulated(machine: str) -> str:
-    """The same report for a simulated machine (``spec-hal info --simulate mi300x``).
+SIMULATED_TORCH = {"cuda": "simulated CUDA build", "rocm": "simulated ROCm (HIP) build", "cpu": "simulated CPU build"}
 
-    Only the probe and the backend family are simulated; nothing runs.
+
+def _simulated_selection(caps: Capabilities, backend: Optional[str]) -> str:
+    """Which backend the simulated machine would run, honouring an explicit ``backend`` name."""
+    gpu_needs_triton = caps.backend != "cpu" and not caps.triton_usable
+    if backend is None:
+        if gpu_needs_triton:
+            return f"cpu (the {caps.backend} backend needs Triton: {caps.triton_reason})"
+        return caps.backend
+    if backend == "cpu":
+        return "cpu (asked for by name)"
+    if backend == "triton-interpret":
+        if caps.triton_version is None:
+            raise ValueError(f"backend 'triton-interpret' is unavailable on the simulated machine: {caps.triton_reason}")
+        return "triton-interpret (asked for by name; kernels interpreted on cpu tensors)"
+    if backend != caps.backend:
+        raise ValueError(f"backend {backend!r} is unavailable on the simulated machine: "
+                         f"its device belongs to the {caps.backend!r} backend")
+    if gpu_needs_triton:
+        raise ValueError(f"backend {backend!r} is unavailable on the simulated machine: {caps.triton_reason}")
+    return f"{backend} (asked for by name)"
+
+
+def explain_simulated(machine: str, backend: Optional[str] = None) -> str:
+    """The same report for a simulated machine (``spec-hal info --simulate mi300x [--backend NAME]``).
+
+    Only simulated facts are shown (the host's torch build and devices are not); nothing runs.
+    Raises ValueError for an unknown machine or a backend the simulated machine cannot run.
     """
     if machine not in SIMULATED_DEVICES:
-        raise BackendUnavailable(f"unknown simulated machine {machine!r}; known: {', '.join(SIMULATED_DEVICES)}")
+        raise ValueError(f"unknown simulated machine {machine!r}; known: {', '.join(SIMULATED_DEVICES)}")
     facts, triton = SIMULATED_DEVICES[machine]
-    caps = capabilities_from(facts, triton)
+    caps = capabilities_from(facts, triton, torch_version=SIMULATED_TORCH[
+        "cpu" if facts.device == "cpu" else ("rocm" if facts.is_hip else "cuda")])
     lines = [f"simulated machine: {machine} (probe facts as torch reports them on it; nothing executed)"]
-    if caps.backend != "cpu" and not caps.triton_usable:
-        selected = f"cpu (the {caps.backend} backend needs Triton: {caps.triton_reason})"
-    else:
-        selected = caps.backend
-    lines.append(f"selected: {selected}")
+    lines.append(f"selected: {_simulated_selection(caps, backend)}")
     lines.extend(_capability_lines(caps))
     info = arch_info(caps.arch)
     if info is not None:
@@ -74,7 +96,7 @@ def explain_simulated(machine: str) -> str:
     if caps.backend in ("cuda", "rocm"):
         mode = "hip_graph" if caps.backend == "rocm" else "cuda_graph"
         lines.append(f"  graphs:          {mode} through the torch.cuda graph API (proven by a capture on first use; not run here)")
-    if caps.backend in ("cuda", "rocm") and caps.triton_usable:
+    if caps.backend in ("cuda", "rocm") and caps.triton_usable and backend in (None, caps.backend):
         from .kernels.launch import KernelTarget
 
         target = KernelTarget.for_capabilities(caps, vendor="amd" if caps.backend == "rocm" else "nvidia")

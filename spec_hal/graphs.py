@@ -1,5 +1,5 @@
 """Family ``graphs``: :class:`GraphRunner`, one graph runner for CUDA graphs, HIP graphs and an
-eager emulation with the same static-buffer semantics. DESIGN.md §4 (Graph capture), P17/P18.
+eager emulation with the same static-buffer semantics. docs/architecture.md §4 (Graph capture), docs/semantics.md P17/P18.
 
 Upstream bugs 1 and 2 both lived in hand-written graph runners: a static positions buffer that
 drifted across the warm-up and capture runs, and new hidden states written to an attribute that

@@ -76,7 +76,12 @@ def check_accepted_kv_moves(verdict, slots, *, out=None) -> None:
     checks.out_tensors("out", out, [((rows * width,), slots.dtype)] * 2, verdict.device)
 
 
-@register_op("accepted_kv_moves", family="kv", check=check_accepted_kv_moves)
+def fake_accepted_kv_moves(verdict, slots, *, out=None):
+    moves = verdict.accept_index.shape[0] * verdict.accept_index.shape[1]
+    return slots.new_empty((moves,)), slots.new_empty((moves,))
+
+
+@register_op("accepted_kv_moves", family="kv", check=check_accepted_kv_moves, fake=fake_accepted_kv_moves)
 def accepted_kv_moves(
     verdict: Verdict, slots: torch.Tensor, *, out: Optional[tuple[torch.Tensor, torch.Tensor]] = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,7 +166,7 @@ def _check_move_values(caches, src, dst) -> None:
                                f"move {i} reads slot {int(src[i])} written by earlier move {writer}")
 
 
-@register_op("move_kv", family="kv", check=check_move_kv)
+@register_op("move_kv", family="kv", check=check_move_kv, mutates=("caches",))
 def move_kv(caches: Sequence[torch.Tensor], src: torch.Tensor, dst: torch.Tensor) -> None:
     """Copy KV rows ``src[i] -> dst[i]`` in every cache, in place; -1 entries are skipped.
 
@@ -218,7 +223,13 @@ def draft_row_width(seq_lens: torch.Tensor, *, num_steps: int, topk: int, page_s
     return seq_lens.long() - last_page + (topk - 1) * pages_per_lane * page_size + last_page + num_steps
 
 
-@register_op("assign_draft_slots", family="kv", check=check_assign_draft_slots)
+def fake_assign_draft_slots(req_to_token, *, req_pool_indices, seq_lens, num_steps, topk, page_size, out=None) -> DraftSlots:
+    rows = req_pool_indices.shape[0]
+    holes = rows * (topk - 1) * (page_size - 1)
+    return DraftSlots(req_to_token.new_empty((rows * topk * num_steps,)), req_to_token.new_empty((holes,)), req_to_token.new_empty((holes,)))
+
+
+@register_op("assign_draft_slots", family="kv", check=check_assign_draft_slots, fake=fake_assign_draft_slots)
 def assign_draft_slots(
     req_to_token: torch.Tensor,
     *,

@@ -30,7 +30,6 @@ compute them in int64.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -47,7 +46,7 @@ CHECKS_ENV = "SPEC_HAL_CHECKS"
 
 def value_checks_enabled() -> bool:
     """Checked mode: value checks that need a device sync (``SPEC_HAL_CHECKS=1``)."""
-    return os.environ.get(CHECKS_ENV) == "1"
+    return checks.value_checks_enabled()
 
 
 @dataclass(frozen=True)
@@ -229,7 +228,12 @@ def _local_node(accept_index: torch.Tensor, position: torch.Tensor, nodes: int) 
     return torch.where(global_id < 0, torch.full_like(global_id, -1), global_id - base)
 
 
-@register_op("mamba_commit_steps", family="mamba", check=check_mamba_commit_steps)
+def fake_mamba_commit_steps(verdict, seq_lens, *, track_interval=None):
+    bs = verdict.accept_index.shape[0]
+    return seq_lens.new_empty((bs,), dtype=torch.int32), seq_lens.new_empty((bs,), dtype=torch.int32)
+
+
+@register_op("mamba_commit_steps", family="mamba", check=check_mamba_commit_steps, fake=fake_mamba_commit_steps)
 def mamba_commit_steps(
     verdict: Verdict, seq_lens: torch.Tensor, *, track_interval: Optional[int] = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -276,7 +280,7 @@ def active_requests(*, num_slots: int, num_steps: int, num_rows: int, dst_slots,
     return (slots >= 0) & (slots < num_slots) & (steps >= 0) & (steps < num_steps) & (rows >= 0) & (rows < num_rows)
 
 
-@register_op("scatter_mamba_state", family="mamba", check=check_scatter_mamba_state)
+@register_op("scatter_mamba_state", family="mamba", check=check_scatter_mamba_state, mutates=("dst",))
 def scatter_mamba_state(
     *, dst: torch.Tensor, src: torch.Tensor, dst_slots: torch.Tensor, src_steps: torch.Tensor,
     src_rows: Optional[torch.Tensor] = None,
@@ -326,7 +330,14 @@ def _commit_index_sets(slots, track_slots, src_rows, last_step, track_step):
             torch.cat([rows, rows]))
 
 
-@register_op("commit_mamba_state", family="mamba", check=check_commit_mamba_state)
+def fake_commit_mamba_state(*, verdict, seq_lens, slots, ssm_state, ssm_intermediate, conv_state, conv_intermediate,
+                            track_slots=None, track_interval=None, src_rows=None) -> MambaCommit:
+    last_step, track_step = fake_mamba_commit_steps(verdict, seq_lens)
+    return MambaCommit(last_step, track_step, seq_lens.new_empty((), dtype=torch.int64))
+
+
+@register_op("commit_mamba_state", family="mamba", check=check_commit_mamba_state, fake=fake_commit_mamba_state,
+             mutates=("ssm_state", "conv_state"))
 def commit_mamba_state(
     *, verdict: Verdict, seq_lens: torch.Tensor, slots: torch.Tensor,
     ssm_state: torch.Tensor, ssm_intermediate: torch.Tensor,

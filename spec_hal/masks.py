@@ -130,7 +130,7 @@ def check_apply_token_bitmask_(logits, token_bitmask, *, bitmask_index=None) -> 
     check_bitmask(token_bitmask, bitmask_index, rows=rows, vocab=vocab, device=logits.device)
 
 
-@register_op("apply_token_bitmask_", family="masks", check=check_apply_token_bitmask_)
+@register_op("apply_token_bitmask_", family="masks", check=check_apply_token_bitmask_, mutates=("logits",))
 def apply_token_bitmask_(logits: torch.Tensor, token_bitmask: torch.Tensor, *, bitmask_index: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Set every masked logit to -inf, in place (rows without a mask are not touched).
 

@@ -38,8 +38,8 @@ from .compaction import value_checks_enabled
 from .masks import check_bitmask
 from .registry import register_op
 from .types import Verdict
-from .verify import _check_probs, _check_target_predict, _check_verdict_out, _verdict, target_tokens, verify_chain_sampling
 from .masks import token_allowed
+from .verify import _check_probs, _check_target_predict, _check_verdict_out, _verdict, fake_verdict, target_tokens, verify_chain_sampling
 
 
 # ----------------------------------------------------------------------------------------------
@@ -125,7 +125,17 @@ def check_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_pro
 # ops
 
 
-@register_op("verify_chain_ragged", family="ragged", check=check_verify_chain_ragged)
+def fake_verify_chain_ragged(draft_tokens, num_draft_tokens, target_predict, *, max_drafts, token_bitmask=None, bitmask_index=None,
+                             out=None) -> Verdict:
+    return fake_verdict(draft_tokens, num_draft_tokens.shape[0], max_drafts + 1, max_drafts + 1)
+
+
+def fake_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, final_coins, *, max_drafts,
+                                      token_bitmask=None, bitmask_index=None, out=None) -> Verdict:
+    return fake_verdict(draft_tokens, num_draft_tokens.shape[0], max_drafts + 1, max_drafts + 1)
+
+
+@register_op("verify_chain_ragged", family="ragged", check=check_verify_chain_ragged, fake=fake_verify_chain_ragged)
 def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, target_predict: torch.Tensor, *, max_drafts: int,
                         token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
                         out: Optional[Verdict] = None) -> Verdict:
@@ -159,7 +169,8 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
     return _verdict(path, num_correct, target, nodes, out)
 
 
-@register_op("verify_chain_sampling_ragged", family="ragged", check=check_verify_chain_sampling_ragged)
+@register_op("verify_chain_sampling_ragged", family="ragged", check=check_verify_chain_sampling_ragged,
+             fake=fake_verify_chain_sampling_ragged)
 def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor],
                                  target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor, *, max_drafts: int,
                                  token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,

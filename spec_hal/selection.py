@@ -1,6 +1,6 @@
 """Backend selection: which backend runs, and why.
 
-Order (DESIGN.md §3): an explicit name; the ``SPEC_HAL_BACKEND`` environment variable; plugins
+Order (docs/architecture.md §3): an explicit name; the ``SPEC_HAL_BACKEND`` environment variable; plugins
 registered under the entry-point group ``spec_hal.backends`` (first usable one, in name order);
 built-ins by priority (rocm, cuda, cpu). An explicit choice that cannot run raises
 :class:`BackendUnavailable` with the reason; there is never a silent fallback.
@@ -147,11 +147,14 @@ def backend_for_device(device: torch.device) -> Backend:
 
 
 def reset() -> None:
-    """Forget built backends, plugin discovery and probe results (for tests)."""
+    """Forget built backends, the ops' per-device caches, plugin discovery and probe results
+    (for tests, or after changing ``SPEC_HAL_BACKEND`` in a running process)."""
     global _plugins
     from .capabilities import reset_probe_cache
+    from .ops import reset_caches
 
     with _lock:
+        reset_caches()
         _backends.clear()
         _plugins = None
         _plugin_errors.clear()

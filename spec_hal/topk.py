@@ -52,7 +52,13 @@ def sanitize_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(values, nan=float("-inf"), posinf=FLOAT32_MAX, neginf=float("-inf"))
 
 
-@register_op("draft_topk", family="topk", check=check_draft_topk)
+def fake_draft_topk(logits, k, *, token_map=None, token_bitmask=None, bitmask_index=None, out=None):
+    """Output shapes and dtypes only (the torch custom op's fake kernel)."""
+    rows = logits.shape[0]
+    return logits.new_empty((rows, k), dtype=torch.float32), logits.new_empty((rows, k), dtype=torch.int64)
+
+
+@register_op("draft_topk", family="topk", check=check_draft_topk, fake=fake_draft_topk)
 def draft_topk(
     logits: torch.Tensor,
     k: int,

@@ -78,7 +78,27 @@ def check_expand_tree(step, scores, probs, ids, *, hidden=None) -> None:
         checks.tensor("hidden", hidden, ndim=2, dtypes=checks.FLOAT_DTYPES, device=probs.device, shape=(hidden_rows, None))
 
 
-@register_op("expand_tree", family="tree", check=check_expand_tree)
+def fake_expand_tree(step, scores, probs, ids, *, hidden=None) -> Expansion:
+    if step == 0:
+        bs, topk = probs.shape
+        width, parent_width = topk, topk + 1
+    else:
+        bs, topk = scores.shape
+        width, parent_width = topk * topk, topk
+    lanes = bs * topk
+    record = TreeRecord(probs.new_empty((bs, width), dtype=torch.float32), ids.new_empty((bs, width), dtype=torch.int64),
+                        ids.new_empty((bs, parent_width), dtype=torch.int64))
+    gathered = None if hidden is None else hidden.new_empty((lanes, hidden.shape[1]))
+    return Expansion(ids.new_empty((lanes,), dtype=torch.int64), probs.new_empty((bs, topk), dtype=torch.float32),
+                     ids.new_empty((lanes,), dtype=torch.int64), gathered, record)
+
+
+def expansion_fields(values: dict) -> dict:
+    """Non-tensor facts of an Expansion for the custom op's wrapper: no hidden in, none out."""
+    return {"hidden": None} if values["hidden"] is None else {}
+
+
+@register_op("expand_tree", family="tree", check=check_expand_tree, fake=fake_expand_tree, result_fields=expansion_fields)
 def expand_tree(
     step: int,
     scores: Optional[torch.Tensor],
@@ -158,7 +178,15 @@ def check_organize_draft(records, num_draft_tokens) -> None:
     checks.integer("num_draft_tokens", num_draft_tokens, low=1, high=1 + _candidate_count(topk, len(records)))
 
 
-@register_op("organize_draft", family="tree", check=check_organize_draft)
+def fake_organize_draft(records, num_draft_tokens):
+    bs, topk = records[0].scores.shape
+    parent_columns = 0 if len(records) == 1 else topk * (len(records) - 1) + 1
+    like = records[0].tokens
+    return (like.new_empty((bs, parent_columns), dtype=torch.int64), like.new_empty((bs, num_draft_tokens - 1), dtype=torch.int64),
+            like.new_empty((bs, num_draft_tokens - 1), dtype=torch.int64))
+
+
+@register_op("organize_draft", family="tree", check=check_organize_draft, fake=fake_organize_draft)
 def organize_draft(records: Sequence[TreeRecord], num_draft_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pick the N-1 best candidates of the S draft steps, in ascending candidate order (P4).
 
@@ -196,11 +224,11 @@ def check_build_tree(roots, parents, selected, draft_tokens, seq_lens, *, topk, 
     bs = roots.shape[0]
     device = roots.device
     checks.integer("topk", topk, low=1, high=MAX_TREE_TOPK)
-    checks.tensor("parents", parents, ndim=2, dtypes=(torch.int64,), device=device, shape=(bs, None))
+    checks.tensor("parents", parents, ndim=2, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, None))
     parent_columns = parents.shape[1]
     if parent_columns > 1 and (parent_columns - 1) % topk != 0:
         raise InvalidInput("parents", f"K(S-1)+1 columns for topk={topk}", f"shape {tuple(parents.shape)}")
-    checks.tensor("selected", selected, ndim=2, dtypes=(torch.int64,), device=device, shape=(bs, None))
+    checks.tensor("selected", selected, ndim=2, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, None))
     num_steps = tree_num_steps(parent_columns, topk)
     candidates = _candidate_count(topk, num_steps)
     if selected.shape[1] > candidates:
@@ -310,7 +338,30 @@ def scatter_full_mask(mask: torch.Tensor, seq_lens: torch.Tensor, numel: int) ->
     return flat
 
 
-@register_op("build_tree", family="tree", check=check_build_tree)
+def fake_build_tree(roots, parents, selected, draft_tokens, seq_lens, *, topk, mask_mode="qlen", seq_lens_sum=None) -> DraftTree:
+    bs, drafts = selected.shape
+    nodes = drafts + 1
+    if mask_mode == "bitpacked":
+        mask = selected.new_empty((bs, nodes), dtype=bitpacked_dtype(nodes))
+    elif mask_mode == "full":
+        if seq_lens_sum is None:  # sized from seq_lens' values: unknown until run time
+            numel = torch.library.get_ctx().new_dynamic_size()
+        else:
+            numel = nodes * seq_lens_sum + bs * nodes * nodes
+        mask = selected.new_empty((numel,), dtype=torch.bool)
+    else:
+        mask = selected.new_empty((bs, nodes, nodes), dtype=torch.bool)
+    flat = selected.new_empty((bs * nodes,), dtype=torch.int64)
+    links = [selected.new_empty((bs, nodes), dtype=torch.int64) for _ in range(5)]  # index, next token/sibling, parents, depth
+    return DraftTree(flat, torch.empty_like(flat), *links[:3], mask, mask_mode, tree_num_steps(parents.shape[1], topk), *links[3:])
+
+
+def build_tree_fields(values: dict) -> dict:
+    """Non-tensor fields of the DraftTree for the custom op's wrapper."""
+    return {"mask_mode": values["mask_mode"], "num_steps": tree_num_steps(values["parents"].shape[1], values["topk"])}
+
+
+@register_op("build_tree", family="tree", check=check_build_tree, fake=fake_build_tree, result_fields=build_tree_fields)
 def build_tree(
     roots: torch.Tensor,
     parents: torch.Tensor,
@@ -326,8 +377,8 @@ def build_tree(
 
     Args:
         roots: (bs,) int32/int64 root token of each request (the last verify's bonus token).
-        parents: (bs, K(S-1)+1) int64, or (bs, 0) for S = 1 (``organize_draft``).
-        selected: (bs, N-1) int64 candidate-list indices of the draft nodes, ascending.
+        parents: (bs, K(S-1)+1) int32/int64, or (bs, 0) for S = 1 (``organize_draft`` returns int64).
+        selected: (bs, N-1) int32/int64 candidate-list indices of the draft nodes, ascending.
         draft_tokens: (bs, N-1) int32/int64 their tokens.
         seq_lens: (bs,) int32/int64 committed lengths; the root sits at position seq_len.
         topk: K.
@@ -341,6 +392,7 @@ def build_tree(
         :class:`~spec_hal.types.DraftTree`; S is derived from the width of ``parents``.
         Unreachable nodes (parent not selected) are skipped: see the module docstring.
     """
+    parents, selected = parents.long(), selected.long()  # int32 accepted (docs/conventions.md)
     bs, drafts = selected.shape
     num_nodes = drafts + 1
     num_steps = tree_num_steps(parents.shape[1], topk)

@@ -1,6 +1,6 @@
 """Result types passed between op families. Every width is derived from a tensor shape.
 
-Notation (DESIGN.md §4): bs requests, S draft steps, K top-k per step, N tree nodes per request
+Notation (docs/semantics.md §0.2): bs requests, S draft steps, K top-k per step, N tree nodes per request
 including the root (N = S + 1 when K = 1). Node 0 of each request is the root; the global node
 index is ``b * N + j``; -1 means none / padding everywhere.
 """

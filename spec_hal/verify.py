@@ -95,15 +95,17 @@ def _check_verdict_out(out, bs: int, nodes: int, width: int, device) -> None:
 
 
 def _check_target_predict(name: str, value, bs: int, nodes: int, device) -> None:
-    """Token ids (bs*N,) or (bs, N) int32/int64, or logits (bs*N, V) float."""
+    """Token ids (bs*N,) or (bs, N) int32/int64, or logits (bs*N, V) or (bs, N, V) float."""
     checks.tensor(name, value, device=device)
     if value.dtype in checks.INDEX_DTYPES:
         if tuple(value.shape) not in ((bs * nodes,), (bs, nodes)):
             raise checks.InvalidInput(name, f"token ids of shape ({bs * nodes},) or ({bs}, {nodes})", f"shape {tuple(value.shape)}")
         return
-    checks.tensor(name, value, ndim=2, dtypes=checks.FLOAT_DTYPES + checks.INDEX_DTYPES)
-    if value.shape[0] != bs * nodes or value.shape[1] == 0:
-        raise checks.InvalidInput(name, f"logits of shape ({bs * nodes}, V >= 1)", f"shape {tuple(value.shape)}")
+    checks.tensor(name, value, dtypes=checks.FLOAT_DTYPES + checks.INDEX_DTYPES)
+    rows_ok = (value.dim() == 2 and value.shape[0] == bs * nodes) or (value.dim() == 3 and tuple(value.shape[:2]) == (bs, nodes))
+    if not rows_ok or value.shape[-1] == 0:
+        raise checks.InvalidInput(name, f"logits of shape ({bs * nodes}, V) or ({bs}, {nodes}, V) with V >= 1",
+                                  f"shape {tuple(value.shape)}")
 
 
 def _check_probs(name: str, value, bs: int, rows: int, device) -> int:
@@ -288,7 +290,8 @@ def target_tokens(target_predict: torch.Tensor, bs: int, nodes: int, token_bitma
 
         values = sanitize_logits(target_predict)
         if token_bitmask is None:
-            return values.argmax(dim=1).reshape(bs, nodes)
+            return values.argmax(dim=-1).reshape(bs, nodes)
+        values = values.reshape(bs * nodes, values.shape[-1])  # (bs*N, V) or (bs, N, V) logits
         allowed = allowed_matrix(token_bitmask, bitmask_index, values.shape[0], values.shape[1])
         values = torch.where(allowed, values, torch.full_like(values, float("-inf")))
         best = allowed & (values == values.max(dim=1, keepdim=True).values)
@@ -305,7 +308,35 @@ def _allowed_at(token_bitmask, bitmask_index, rows: int, row_ids: torch.Tensor, 
 # ops
 
 
-@register_op("verify_greedy", family="verify", check=check_verify_greedy)
+def fake_verdict(like: torch.Tensor, bs, nodes, width) -> Verdict:
+    """A Verdict of empty int32 tensors shaped for bs requests of N nodes and accept width S+1."""
+    return Verdict(like.new_empty((bs * nodes,), dtype=torch.int32), like.new_empty((bs, width), dtype=torch.int32),
+                   like.new_empty((bs,), dtype=torch.int32), like.new_empty((bs,), dtype=torch.int32))
+
+
+def fake_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> Verdict:
+    bs, nodes = candidates.shape
+    return fake_verdict(candidates, bs, nodes, tree.num_steps + 1)
+
+
+def fake_verify_sampling(tree, candidates, target_probs, coins, final_coins, *, threshold_single=1.0, threshold_acc=1.0, token_bitmask=None,
+                         bitmask_index=None, out=None) -> Verdict:
+    bs, nodes = candidates.shape
+    return fake_verdict(candidates, bs, nodes, tree.num_steps + 1)
+
+
+def fake_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None):
+    bs = candidates.shape[0]
+    return candidates.new_empty((bs,), dtype=torch.int32), candidates.new_empty((bs,), dtype=torch.int64)
+
+
+def fake_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
+                               out=None) -> Verdict:
+    bs, steps = draft_ids.shape
+    return fake_verdict(draft_ids, bs, steps + 1, steps + 1)
+
+
+@register_op("verify_greedy", family="verify", check=check_verify_greedy, fake=fake_verify_greedy)
 def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
                   bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None) -> Verdict:
     """Greedy tree verification (P6): accept the longest path whose tokens equal the target's.
@@ -314,7 +345,7 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
         tree: a DraftTree (retrieve_next_token / retrieve_next_sibling (bs, N), num_steps S).
         candidates: (bs, N) int32/int64 node tokens (``tree.tokens.view(bs, N)``).
         target_predict: the target's token per node, (bs*N,) or (bs, N) int32/int64; or the
-            target logits (bs*N, V) float32/bfloat16/float16/float64 (argmax fused: NaN as -inf,
+            target logits (bs*N, V) or (bs, N, V) float32/bfloat16/float16/float64 (argmax fused: NaN as -inf,
             ties to the lower id, ids in [0, V)).
         token_bitmask: optional (M, ceil(V/32)) int32 vocabulary mask (spec_hal/masks.py); needs
             logits. A masked token is never accepted nor emitted; the argmax runs over allowed tokens.
@@ -342,7 +373,7 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
     return _verdict(path, num_correct, predicted, nodes, out)
 
 
-@register_op("verify_sampling", family="verify", check=check_verify_sampling)
+@register_op("verify_sampling", family="verify", check=check_verify_sampling, fake=fake_verify_sampling)
 def verify_sampling(
     tree: DraftTree,
     candidates: torch.Tensor,
@@ -435,7 +466,7 @@ def _next_tokens(path: torch.Tensor, cand: torch.Tensor, last: torch.Tensor, fin
     return next_tokens
 
 
-@register_op("verify_chain", family="verify", check=check_verify_chain)
+@register_op("verify_chain", family="verify", check=check_verify_chain, fake=fake_verify_chain)
 def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
                  bitmask_index: Optional[torch.Tensor] = None, out: Optional[tuple[torch.Tensor, torch.Tensor]] = None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -467,7 +498,7 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, toke
     return out[0], out[1]
 
 
-@register_op("verify_chain_sampling", family="verify", check=check_verify_chain_sampling)
+@register_op("verify_chain_sampling", family="verify", check=check_verify_chain_sampling, fake=fake_verify_chain_sampling)
 def verify_chain_sampling(
     draft_ids: torch.Tensor,
     draft_probs: Optional[torch.Tensor],
@@ -547,7 +578,13 @@ def check_verify_tree_sampling(tree, candidates, draft_probs, target_probs, coin
     _check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
 
 
-@register_op("verify_tree_sampling", family="verify", check=check_verify_tree_sampling)
+def fake_verify_tree_sampling(tree, candidates, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
+                              out=None) -> Verdict:
+    bs, nodes = candidates.shape
+    return fake_verdict(candidates, bs, nodes, tree.num_steps + 1)
+
+
+@register_op("verify_tree_sampling", family="verify", check=check_verify_tree_sampling, fake=fake_verify_tree_sampling)
 def verify_tree_sampling(
     tree: DraftTree,
     candidates: torch.Tensor,

@@ -53,3 +53,16 @@ def test_info_on_simulated_h100():
     result = spec_hal_cli("info", "--simulate", "h100")
     assert result.returncode == 0, result.stderr
     assert "selected: cuda" in result.stdout and "sm_90" in result.stdout and "warp size 32" in result.stdout
+
+
+def test_info_simulated_shows_simulated_facts_only_and_honours_backend():
+    import torch
+
+    result = spec_hal_cli("info", "--simulate", "mi300x")
+    assert result.returncode == 0, result.stderr
+    assert torch.__version__ not in result.stdout and "simulated ROCm" in result.stdout
+    as_cpu = spec_hal_cli("info", "--simulate", "mi300x", "--backend", "cpu")
+    assert as_cpu.returncode == 0 and "selected: cpu (asked for by name)" in as_cpu.stdout
+    assert "launch configs" not in as_cpu.stdout
+    as_cuda = spec_hal_cli("info", "--simulate", "mi300x", "--backend", "cuda")
+    assert as_cuda.returncode == 3 and len(as_cuda.stderr.strip().splitlines()) == 1 and "rocm" in as_cuda.stderr

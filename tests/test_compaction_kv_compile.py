@@ -8,7 +8,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from spec_hal.kernels import compaction, kv  # noqa: E402
-from spec_hal.kernels.launch import KernelTarget  # noqa: E402
+from spec_hal.kernels.launch import FP_FUSION, KernelTarget  # noqa: E402
 
 TARGETS = {"sm_90": GPUTarget("cuda", 90, 32), "gfx942": GPUTarget("hip", "gfx942", 64)}
 
@@ -25,5 +25,5 @@ def test_kernels_compile_offline(module, arch):
             continue
         seen.add(key)
         source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
-        compiled = triton.compile(source, target=TARGETS[arch], options={"num_warps": num_warps})
+        compiled = triton.compile(source, target=TARGETS[arch], options={"num_warps": num_warps, "enable_fp_fusion": FP_FUSION})
         assert compiled.asm, f"{kernel.fn.__name__} produced no code for {arch}"

@@ -39,15 +39,37 @@ def test_demo_sampling_attention_only_without_graphs():
     assert "verify_sampling" in text and "commit_mamba_state" not in text and "greedy target output" not in text
 
 
-def test_demo_rejects_bad_sizes():
-    assert _demo("--max-tokens", "0")[0] == 2
+def test_demo_rejects_bad_sizes_before_any_work():
+    with pytest.raises(SystemExit) as stop:
+        _demo("--max-tokens", "0")
+    assert stop.value.code == 2
 
 
-def test_demo_8b_preset_refuses_a_cpu_backend_in_one_line(capsys):
-    code, text = _demo("--preset", "8b")
-    assert code == 2 and text == ""
-    message = capsys.readouterr().err.strip()
-    assert "--preset 8b needs a GPU backend" in message and "\n" not in message
+def test_demo_summarises_large_batches():
+    code, text = _demo("--max-tokens", "3", "--batch-size", "9", "--no-hybrid", "--no-graphs")
+    assert code == 0 and "speculative output == greedy target output: yes" in text
+    assert "generated" not in text and sum(line.startswith("request ") for line in text.splitlines()) == 9
+
+
+@pytest.mark.parametrize("recurrent", (False, True))
+def test_incremental_greedy_equals_full_forward_decoding(recurrent):
+    """The demo's self-check (TargetModel.greedy, incremental) against decoding by a full
+    forward over the whole sequence for every token, the definition of greedy decoding."""
+    from spec_hal.testing.models import TargetModel
+
+    model = TargetModel(vocab_size=64, hidden_size=16, recurrent=recurrent, context_gain=0.3)
+    prompt = torch.tensor([[12, 7, 33, 5, 48, 21, 9, 60, 17, 2], [2, 12, 7, 33, 5, 48, 21, 9, 60, 17]])
+    tokens = prompt.clone()
+    for _ in range(40):
+        tokens = torch.cat([tokens, model.forward(tokens)[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    assert torch.equal(model.greedy(prompt, 40), tokens[:, prompt.shape[1]:])
+def test_demo_8b_preset_refuses_a_cpu_backend_in_one_line():
+    from spec_hal.cli import CommandFailed
+
+    with pytest.raises(CommandFailed) as failure:
+        _demo("--preset", "8b")
+    assert failure.value.code == 2
+    assert "--preset: 8b needs a GPU backend" in str(failure.value) and "\n" not in str(failure.value)
 
 
 def test_demo_bfloat16_preset_with_low_rank_noise_reports_the_op_share(monkeypatch):

@@ -21,13 +21,13 @@ def test_mamba_kernels_compile(arch):
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("the offline compile needs compiled (not interpreted) kernels")
     from spec_hal.kernels import mamba
-    from spec_hal.kernels.launch import KernelTarget
+    from spec_hal.kernels.launch import FP_FUSION, KernelTarget
 
     specs = mamba.compile_specs(KernelTarget.for_arch(arch))
     assert {kernel for kernel, *_ in specs} == {mamba._scatter_state_kernel, mamba._commit_steps_kernel}
     for kernel, signature, constexprs, warps in specs:
         triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs), target=TARGETS[arch],
-                       options={"num_warps": warps})
+                       options={"num_warps": warps, "enable_fp_fusion": FP_FUSION})
 
 
 # Runs in a fresh interpreter process: TRITON_INTERPRET must be set before kernels are defined.

@@ -87,7 +87,7 @@ def _tree_columns_only(tree, seq_lens):
 def test_descending_siblings_are_caught():
     broken = backend_with("build_tree", siblings_descending)
     with pytest.raises(AssertionError):
-        tree_cases.test_build_tree_golden(broken, "qlen")
+        tree_cases.test_build_tree_golden(broken, "qlen", torch.int64)
     with pytest.raises(AssertionError):
         tree_cases.test_build_tree_random(broken, 3, 4, 3, 16)
 
@@ -104,7 +104,7 @@ def test_one_past_the_row_parent_search_is_caught_by_input_margins():
 
 def test_full_mask_without_prefix_is_caught():
     with pytest.raises(AssertionError, match="prefix"):
-        tree_cases.test_build_tree_golden(backend_with("build_tree", full_mask_prefix_unset), "full")
+        tree_cases.test_build_tree_golden(backend_with("build_tree", full_mask_prefix_unset), "full", torch.int64)
     with pytest.raises(AssertionError, match="mask differs from the reference"):
         tree_cases.test_build_tree_random(backend_with("build_tree", full_mask_prefix_unset), 3, 4, 3, 16)
 

@@ -8,7 +8,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from spec_hal.kernels import tree as tree_kernels  # noqa: E402
-from spec_hal.kernels.launch import KernelTarget  # noqa: E402
+from spec_hal.kernels.launch import FP_FUSION, KernelTarget  # noqa: E402
 
 GPU_TARGETS = {"sm_90": GPUTarget("cuda", 90, 32), "gfx942": GPUTarget("hip", "gfx942", 64)}
 
@@ -19,5 +19,5 @@ def test_tree_kernels_compile(arch):
     assert len(specs) == 34  # N in {2..64} x mask modes (no bitpacked at N = 64) x {int32, int64} ids
     for kernel, signature, constexprs, num_warps in specs:
         source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
-        compiled = triton.compile(source, target=GPU_TARGETS[arch], options={"num_warps": num_warps})
+        compiled = triton.compile(source, target=GPU_TARGETS[arch], options={"num_warps": num_warps, "enable_fp_fusion": FP_FUSION})
         assert compiled.asm, f"{arch}: no code for {constexprs}"

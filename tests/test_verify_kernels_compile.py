@@ -10,7 +10,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 import spec_hal.kernels.verify as verify_kernels  # noqa: E402
-from spec_hal.kernels.launch import KernelTarget  # noqa: E402
+from spec_hal.kernels.launch import FP_FUSION, KernelTarget  # noqa: E402
 
 TARGETS = {"sm_90": GPUTarget("cuda", 90, 32), "gfx942": GPUTarget("hip", "gfx942", 64)}
 
@@ -26,7 +26,7 @@ def test_verify_kernels_compile(arch):
             continue
         seen.add(key)
         source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-        triton.compile(source, target=TARGETS[arch], options={"num_warps": num_warps})
+        triton.compile(source, target=TARGETS[arch], options={"num_warps": num_warps, "enable_fp_fusion": FP_FUSION})
     assert len(seen) >= 5
     assert any(key[-1] != 'None' for key in seen), "no runtime-specialised spec"
 

@@ -27,7 +27,7 @@ class Model:
     conv_shape: tuple[int, ...]
 
 
-# research/primitives.md §3 (TP = 1)
+# docs/semantics.md §3 (TP = 1)
 SIZES = {
     "quick": dict(models=(Model("tiny (quick)", 2, (2, 16, 16), (64, 3)),), batches=(1, 4)),
     "full": dict(models=(Model("Qwen3-Next-80B-A3B", 36, (32, 128, 128), (8192, 3)), Model("Nemotron-H", 24, (128, 64, 128), (10240, 3))),

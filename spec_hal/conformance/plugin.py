@@ -1,7 +1,7 @@
 """The conformance suite's pytest plugin (registered under ``pytest11``).
 
 It adds the ``--spec-hal-*`` options, the ``backend`` fixture (the backend under test; exit code 3
-when it cannot load), the JSON report, the xfail manifest and the exit codes of DESIGN.md §5:
+when it cannot load), the JSON report, the xfail manifest and the exit codes of docs/architecture.md §5:
 0 passed, 1 failures, 3 backend could not load, 5 nothing selected, 6 an xfail entry is stale
 (the case now passes, or the entry matches no case).
 

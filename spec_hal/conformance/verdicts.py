@@ -82,7 +82,7 @@ def verdict_to(verdict: Verdict, device) -> Verdict:
 
 
 def golden_tree_round() -> RandomRound:
-    """§1.4's tree example: bs=2, S=2, K=2, N=4; root 0 with children 1, 2; node 3 child of 2.
+    """docs/semantics.md §1.4's tree example: bs=2, S=2, K=2, N=4; root 0 with children 1, 2; node 3 child of 2.
 
     Request 0 accepts [0, 1]; request 1 accepts [0, 2, 3] (global [4, 6, 7]). Tokens: node j of
     request b is 100*(b+1) + j; the bonus tokens are 190 and 290.

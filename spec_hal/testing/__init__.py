@@ -12,7 +12,7 @@ and the demo.
 * :class:`~spec_hal.testing.tp_engine.TensorParallelEngine` (``spec_hal.testing.tp_engine``, not
   imported here): the same loop on tensor-parallel ranks (docs/distributed.md).
 
-Draft models follow the ``run_draft`` interface (DESIGN.md §4):
+Draft models follow the ``run_draft`` interface (docs/architecture.md §4):
 ``model(input_ids, positions, hidden, step) -> (logits, hidden)``.
 """
 from .engine import EngineConfig, Generation, SpeculativeEngine

@@ -214,11 +214,43 @@ class TargetModel:
         return self.head(self.attention(hidden, positions, keys, values, causal))
 
     def greedy(self, prompt: torch.Tensor, num_tokens: int) -> torch.Tensor:
-        """Plain greedy decoding: (bs, L) prompt -> (bs, num_tokens) int64 (ties to the lower id)."""
+        """Plain greedy decoding: (bs, L) prompt -> (bs, num_tokens) int64 (ties to the lower id).
+
+        Incremental, as a decoder with a KV cache runs: each new token computes its own keys,
+        values and recurrent state once and attends the stored ones, so the cost grows linearly
+        with the tokens generated (one :meth:`forward` over the whole sequence per token would be
+        quadratic). Same arithmetic per row as :meth:`forward` (tests/test_demo.py compares them).
+        """
         tokens = prompt.long()
-        for _ in range(num_tokens):
-            tokens = torch.cat([tokens, self.forward(tokens)[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
-        return tokens[:, prompt.shape[1]:]
+        bs, length = tokens.shape
+        device = tokens.device
+        positions = torch.arange(length, device=device).expand(bs, length)
+        hidden = self.embed(tokens)
+        if self.recurrent:
+            states, ssm, conv = self.recurrent_scan(tokens)
+            hidden = hidden + self.recurrent_gain * states
+        keys, values = self.keys_values(hidden, positions)
+        capacity = length + num_tokens
+        key_cache = torch.empty(bs, capacity, self.hidden_size, dtype=keys.dtype, device=device)
+        value_cache = torch.empty_like(key_cache)
+        key_cache[:, :length], value_cache[:, :length] = keys, values
+        last = hidden[:, -1:]
+        generated = torch.empty(bs, num_tokens, dtype=torch.int64, device=device)
+        for step in range(num_tokens):
+            filled = length + step
+            position = torch.full((bs, 1), filled - 1, device=device)
+            allowed = torch.ones(bs, 1, filled, dtype=torch.bool, device=device)
+            logits = self.head(self.attention(last, position, key_cache[:, :filled], value_cache[:, :filled], allowed))
+            generated[:, step] = logits[:, -1].argmax(dim=-1)
+            if step + 1 == num_tokens:
+                break
+            new = self.embed(generated[:, step:step + 1])
+            if self.recurrent:
+                ssm, conv = self.recurrent_step(new[:, 0], ssm, conv)
+                new = new + self.recurrent_gain * ssm[:, None]
+            key_cache[:, filled:filled + 1], value_cache[:, filled:filled + 1] = self.keys_values(new, position + 1)
+            last = new
+        return generated
 
     def next_token_probs(self, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
         """The target's sampling distribution after ``tokens`` (bs, L): (bs, V) float64."""

@@ -1,5 +1,5 @@
 """Conformance of family ``compaction`` (``bonus_tokens``, ``compact_accepted``) against the
-reference, §1.4's golden tree, and the regression for upstream bug 4 (a/c). Semantics:
+reference, docs/semantics.md §1.4's golden tree, and the regression for upstream bug 4 (a/c). Semantics:
 spec_hal/compaction.py."""
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def check_compaction_invariant(compacted_predict, round_):
 
 @pytest.mark.spec_hal_op("bonus_tokens")
 def test_bonus_tokens_golden(backend):
-    """§1.4: request 1's bonus sits at flat index 1*(S+1) + 3 - 1 = 5 of predict[accept_index]."""
+    """docs/semantics.md §1.4: request 1's bonus sits at flat index 1*(S+1) + 3 - 1 = 5 of predict[accept_index]."""
     round_ = golden_tree_round()
     accept_tokens = round_.verdict.predict[round_.verdict.accept_index.clamp(min=0).long()].view(-1)
     assert int(accept_tokens[5]) == 290
@@ -64,7 +64,7 @@ def test_bonus_tokens_golden(backend):
 
 @pytest.mark.spec_hal_op("compact_accepted")
 def test_compact_accepted_golden(backend):
-    """§1.4: request 1's rows become [cand2, cand3, bonus]; rows past the path stay unchanged."""
+    """docs/semantics.md §1.4: request 1's rows become [cand2, cand3, bonus]; rows past the path stay unchanged."""
     round_ = golden_tree_round()
     verdict = verdict_to(round_.verdict, backend.device)
     compacted = run_compact(backend, verdict.predict, verdict)
@@ -107,6 +107,17 @@ def test_compact_accepted_matches_reference(backend, bs, steps, nodes, kind):
     expected = reference_compact_accepted(x_cpu, round_.verdict)
     assert torch.equal(compacted, expected), f"{kind}: compacted rows differ from the reference"
     assert torch.equal(x.cpu(), x_cpu), "compact_accepted modified its input"
+
+
+@pytest.mark.spec_hal_op("compact_accepted")
+def test_compact_accepted_takes_batch_first_rows(backend):
+    """(bs, N, H) hidden states compact like their (bs*N, H) view (docs/conventions.md)."""
+    bs, nodes = 3, 8
+    round_ = random_round(bs, num_steps=3, num_nodes=nodes, generator=torch.Generator().manual_seed(9))
+    x_cpu = torch.randn(bs, nodes, 5, generator=torch.Generator().manual_seed(10))
+    compacted = run_compact(backend, x_cpu.to(backend.device), embedded_verdict(round_.verdict, backend.device))
+    assert compacted.shape == (bs, nodes, 5)
+    assert torch.equal(compacted.view(bs * nodes, 5), reference_compact_accepted(x_cpu.view(bs * nodes, 5), round_.verdict))
 
 
 @pytest.mark.spec_hal_op("compact_accepted")

@@ -1,5 +1,5 @@
 """Conformance of family ``kv`` (``accepted_kv_moves``, ``move_kv``, ``assign_draft_slots``)
-against the reference, §1.4's golden moves, the regression for upstream bug 4b and a KV ledger
+against the reference, docs/semantics.md §1.4's golden moves, the regression for upstream bug 4b and a KV ledger
 over 1,000 simulated rounds of a paged KV pool. Semantics: spec_hal/kv.py."""
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def random_slots(bs, nodes, seed, dtype=torch.int64):
 
 @pytest.mark.spec_hal_op("accepted_kv_moves")
 def test_accepted_kv_moves_golden(backend):
-    """§1.4: request 1 (path [0,2,3]) moves slot(seq+2) -> slot(seq+1), slot(seq+3) -> slot(seq+2);
+    """docs/semantics.md §1.4: request 1 (path [0,2,3]) moves slot(seq+2) -> slot(seq+1), slot(seq+3) -> slot(seq+2);
     identities (every root, request 0's path [0,1]) are skipped; 2*(S+1) = 6 entries, not 2*N = 8."""
     round_ = golden_tree_round()
     slots = torch.tensor([[40, 41, 42, 43], [70, 71, 72, 73]])

@@ -198,7 +198,7 @@ def test_commit_batch_size_zero(backend):
 # ---------------------------------------------------------------------------------------------
 # upstream bug 5: step indices of trees, keyword-only signatures
 
-TREE_PATHS = [[0, 1], [0, 2, 3]]  # research/primitives.md §1.4: request 1 accepts [0, 2, 3] (global [4, 6, 7])
+TREE_PATHS = [[0, 1], [0, 2, 3]]  # docs/semantics.md §1.4: request 1 accepts [0, 2, 3] (global [4, 6, 7])
 
 
 def _marker_states(rows, nodes, slots):
@@ -228,7 +228,7 @@ def test_commit_tree_commits_last_accepted_node(backend):
 
 @pytest.mark.spec_hal_op("mamba_commit_steps")
 def test_commit_steps_golden(backend):
-    """Hand-derived: §1.4's chain (last step 2) and tree (last step 3), and track boundaries."""
+    """Hand-derived: docs/semantics.md §1.4's chain (last step 2) and tree (last step 3), and track boundaries."""
     device = backend.device
     chain = verdict_from_paths([[0, 1, 2]], num_steps=3, num_nodes=4, device=device)
     last, track = backend.mamba_commit_steps(chain, torch.tensor([7], device=device), track_interval=8)

@@ -198,7 +198,8 @@ def _golden_mask(parent_of):
 
 @pytest.mark.spec_hal_op("build_tree")
 @pytest.mark.parametrize("mask_mode", MASK_MODES)
-def test_build_tree_golden(backend, mask_mode):
+@pytest.mark.parametrize("index_dtype", (torch.int64, torch.int32))  # docs/conventions.md: index inputs take either
+def test_build_tree_golden(backend, mask_mode, index_dtype):
     device = backend.device
     (probs, ids), later = golden_steps()
     probs, ids = probs.to(device), ids.to(device)
@@ -214,7 +215,8 @@ def test_build_tree_golden(backend, mask_mode):
     roots, seq_lens = torch.tensor([29974, 13], device=device), torch.tensor([5, 10], device=device)
     kwargs = {"seq_lens_sum": 15} if mask_mode == "full" else {}
     with no_host_sync(device):
-        tree = backend.build_tree(roots, parents, selected, draft_tokens, seq_lens, topk=4, mask_mode=mask_mode, **kwargs)
+        tree = backend.build_tree(roots, parents.to(index_dtype), selected.to(index_dtype), draft_tokens, seq_lens, topk=4,
+                                  mask_mode=mask_mode, **kwargs)
     assert tree.positions.cpu().tolist() == GOLDEN_POSITIONS
     assert tree.retrieve_next_token.cpu().tolist() == GOLDEN_NEXT_TOKEN
     assert tree.retrieve_next_sibling.cpu().tolist() == GOLDEN_NEXT_SIBLING

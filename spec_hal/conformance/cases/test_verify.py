@@ -107,7 +107,7 @@ GOLDEN_ACCEPT = [[0, 3, 4, 5], [6, 10, 11, -1]]
 
 
 @pytest.mark.spec_hal_op("verify_greedy")
-@pytest.mark.parametrize("form", ("flat_ids", "matrix_ids_int32", "logits_fp32", "logits_bf16"))
+@pytest.mark.parametrize("form", ("flat_ids", "matrix_ids_int32", "logits_fp32", "logits_bf16", "logits_batch_first"))
 def test_verify_greedy_golden(backend, form):
     tree, candidates = golden_tree()
     ids = _golden_target_ids()
@@ -119,6 +119,8 @@ def test_verify_greedy_golden(backend, form):
         target = torch.ones(12, 20)
         target[torch.arange(12), ids] = 10.0
         target = target.to(torch.bfloat16 if form == "logits_bf16" else torch.float32)
+        if form == "logits_batch_first":  # (bs, N, V), as verify_sampling takes probabilities
+            target = target.view(2, 6, 20)
     verdict = _call(backend, "verify_greedy", tree_to(tree, backend.device), candidates.to(backend.device), target.to(backend.device),
                     nodes=6, width=4)
     assert verdict.predict.tolist() == GOLDEN_PREDICT
