@@ -27,7 +27,8 @@ def _bonus_tokens_kernel(predict_ptr, predict_stride, accept_index_ptr, index_st
     length = tl.load(accept_lens_ptr + b.to(tl.int64) * lens_stride, mask=in_batch, other=1).to(tl.int64)
     in_width = in_batch & (length >= 1) & (length <= width)
     node = tl.load(accept_index_ptr + b.to(tl.int64) * index_stride_row + (length - 1) * index_stride_col, mask=in_width, other=0).to(tl.int64)
-    in_range = in_width & (node >= 0) & (node < num_predict)
+    nodes = num_predict // rows
+    in_range = in_width & (node >= b.to(tl.int64) * nodes) & (node < (b.to(tl.int64) + 1) * nodes)  # own block only
     token = tl.load(predict_ptr + node * predict_stride, mask=in_range, other=-1)
     tl.store(out_ptr + b, token, mask=in_batch)
 
@@ -44,7 +45,7 @@ def _compact_rows_kernel(x_ptr, x_stride, out_ptr, accept_index_ptr, index_strid
     on_path = in_rows & (rank < length) & (rank < width)
     # Ranks past the path (or past the accept width) never read accept_index: bug 4b's OOB read.
     source = tl.load(accept_index_ptr + b * index_stride_row + rank * index_stride_col, mask=on_path, other=0).to(tl.int64)
-    source = tl.where(on_path & (source >= 0) & (source < total_rows), source, row)
+    source = tl.where(on_path & (source >= b * num_nodes) & (source < (b + 1) * num_nodes), source, row)  # own block only
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = in_rows[:, None] & (cols < columns)[None, :]
     values = tl.load(x_ptr + source[:, None] * x_stride + cols[None, :], mask=mask)

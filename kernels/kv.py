@@ -24,8 +24,10 @@ import torch
 import triton
 import triton.language as tl
 
+from spec_hal import error_flag
 from spec_hal.kv import DraftSlots
 
+from .error_flag import ARGUMENT_STEP, record_invalid
 from .launch import KernelTarget
 
 
@@ -71,11 +73,20 @@ def _move_rows_kernel(base_ptr, cache_offsets_ptr, slot_stride, num_slots, row_l
 @triton.jit
 def _draft_slots_kernel(table_ptr, table_stride_row, table_stride_col, table_width, pool_ptr, pool_stride,
                         seq_lens_ptr, seq_stride, out_cache_loc_ptr, prefix_src_ptr, prefix_dst_ptr,
-                        STEPS: tl.constexpr, TOPK: tl.constexpr, PAGE: tl.constexpr,
+                        num_table_rows, flag_ptr, flag_code, STEPS: tl.constexpr, TOPK: tl.constexpr, PAGE: tl.constexpr,
                         SLOTS_PAD: tl.constexpr, HOLES_PAD: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
-    table_row = table_ptr + tl.load(pool_ptr + b * pool_stride).to(tl.int64) * table_stride_row
+    pool_row = tl.load(pool_ptr + b * pool_stride).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b * seq_stride).to(tl.int64)
+    # Rule: a pool row outside [0, R) or a negative seq_len makes every output of the request -1.
+    record_invalid(flag_ptr, flag_code, (pool_row < 0) | (pool_row >= num_table_rows), b)
+    record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, seq_len < 0, b)
+    usable = (pool_row >= 0) & (pool_row < num_table_rows) & (seq_len >= 0)
+    table_row = table_ptr + tl.where(usable, pool_row, 0) * table_stride_row
+    seq_len = tl.where(usable, seq_len, 0)
+    # An unusable request sees a row of width 0 (a scalar bound, not a scalar-and-vector mask:
+    # the interpreter cannot broadcast a scalar bool into a vector mask).
+    width = tl.where(usable, table_width, 0)
     last_page = seq_len % PAGE
     prefix_base = seq_len - last_page
     lane_span = ((last_page + STEPS + PAGE - 1) // PAGE) * PAGE
@@ -83,7 +94,7 @@ def _draft_slots_kernel(table_ptr, table_stride_row, table_stride_col, table_wid
     index = tl.arange(0, SLOTS_PAD)
     lane = index // STEPS
     position = prefix_base + lane * lane_span + last_page + (index - lane * STEPS)
-    inside = (index < TOPK * STEPS) & (position < table_width)
+    inside = (index < TOPK * STEPS) & (position < width)
     slot = tl.load(table_row + position * table_stride_col, mask=inside, other=-1)
     tl.store(out_cache_loc_ptr + b * (TOPK * STEPS) + index, slot, mask=index < TOPK * STEPS)
 
@@ -94,7 +105,7 @@ def _draft_slots_kernel(table_ptr, table_stride_row, table_stride_col, table_wid
         offset = hole - (hole_lane - 1) * (PAGE - 1)
         source_pos = prefix_base + offset
         dest_pos = prefix_base + hole_lane * lane_span + offset
-        copied = (hole < holes) & (offset < last_page) & (dest_pos < table_width) & (source_pos < table_width)
+        copied = (hole < holes) & (offset < last_page) & (dest_pos < width) & (source_pos < width)
         source = tl.load(table_row + source_pos * table_stride_col, mask=copied, other=-1)
         destination = tl.load(table_row + dest_pos * table_stride_col, mask=copied, other=-1)
         both = copied & (source >= 0) & (destination >= 0)
@@ -198,6 +209,7 @@ def move_kv(caches, src, dst, *, target: KernelTarget):
     num_moves = src.shape[0]
     if num_moves == 0:
         return None
+    src, dst = src.contiguous(), dst.contiguous()  # the kernel indexes the move lists with unit stride
     for (dtype, row_length, slot_stride, num_slots, _), group in _groups(caches):
         if row_length == 0 or num_slots == 0:
             continue
@@ -224,7 +236,7 @@ def assign_draft_slots(req_to_token, *, req_pool_indices, seq_lens, num_steps, t
     _draft_slots_kernel[(rows,)](
         req_to_token, req_to_token.stride(0), req_to_token.stride(1), req_to_token.shape[1],
         req_pool_indices, req_pool_indices.stride(0), seq_lens, seq_lens.stride(0), out[0], out[1], out[2],
-        STEPS=num_steps, TOPK=topk, PAGE=page_size, SLOTS_PAD=_padded(topk * num_steps), HOLES_PAD=_padded(holes),
+        req_to_token.shape[0], error_flag.flag(device), error_flag.code("assign_draft_slots", "req_pool_indices"), STEPS=num_steps, TOPK=topk, PAGE=page_size, SLOTS_PAD=_padded(topk * num_steps), HOLES_PAD=_padded(holes),
         num_warps=1 if target.vendor == "interpreter" else 4,
     )
     return DraftSlots(*out)
@@ -264,7 +276,7 @@ def compile_specs(target: KernelTarget):
                           {"table_ptr": f"*{index_type}", "table_stride_row": "i64", "table_stride_col": "i64", "table_width": "i64",
                            "pool_ptr": f"*{index_type}", "pool_stride": "i64", "seq_lens_ptr": f"*{index_type}", "seq_stride": "i64",
                            "out_cache_loc_ptr": f"*{index_type}", "prefix_src_ptr": f"*{index_type}", "prefix_dst_ptr": f"*{index_type}",
-                           "STEPS": "constexpr", "TOPK": "constexpr", "PAGE": "constexpr", "SLOTS_PAD": "constexpr", "HOLES_PAD": "constexpr"},
+                           "num_table_rows": "i64", "flag_ptr": "*i64", "flag_code": "i64", "STEPS": "constexpr", "TOPK": "constexpr", "PAGE": "constexpr", "SLOTS_PAD": "constexpr", "HOLES_PAD": "constexpr"},
                           {"STEPS": steps, "TOPK": topk, "PAGE": page, "SLOTS_PAD": _padded(topk * steps), "HOLES_PAD": _padded(holes)}, 4))
     return specs
 

@@ -69,7 +69,8 @@ def _scatter_state_kernel(
 def _local_node(accept_index_ptr, stride_request, request, position, nodes, mask):
     """Local node id at ``position`` of each request's path (int64); -1 where it holds -1."""
     global_id = tl.load(accept_index_ptr + _offset(request, stride_request) + position, mask=mask, other=-1).to(tl.int64)
-    return tl.where(global_id < 0, -1, global_id - _offset(request, nodes))
+    local = global_id - _offset(request, nodes)
+    return tl.where((local >= 0) & (local < nodes), local, -1)  # ids outside the own block: -1
 
 
 @triton.jit
@@ -93,7 +94,7 @@ def _commit_steps_kernel(
         if HAS_TRACK:
             pre = tl.load(seq_lens_ptr + request, mask=in_batch, other=0).to(tl.int64)
             post = pre + lens
-            crossed = (pre // track_interval) != (post // track_interval)
+            crossed = (pre >= 0) & (post >= 0) & ((pre // track_interval) != (post // track_interval))
             boundary = (post // track_interval) * track_interval
             track_position = tl.minimum(tl.maximum(boundary - pre - 1, 0), width - 1)
             track_step = _local_node(accept_index_ptr, accept_stride, request, track_position, nodes, in_batch & crossed)
@@ -112,10 +113,15 @@ def _commit_steps_kernel(
                 track_slot = tl.load(track_slots_ptr + request, mask=in_batch, other=-1).to(tl.int64)
                 active = row_ok & (track_slot >= 0) & (track_slot < num_slots) & (track_step >= 0) & (track_step < nodes)
                 copies += active.to(tl.int64)
-                tl.store(index_ptr + request, slot.to(tl.int32), mask=in_batch)
-                tl.store(index_ptr + batch + request, track_slot.to(tl.int32), mask=in_batch)
-                tl.store(index_ptr + 2 * batch + request, row.to(tl.int32), mask=in_batch)
-                tl.store(index_ptr + 3 * batch + request, row.to(tl.int32), mask=in_batch)
+                # Out-of-range slots and rows become -1 before the int32 store: truncating an
+                # int64 slot such as 2^32 + 1 would alias slot 1 (another request's state).
+                slot32 = tl.where((slot >= 0) & (slot < num_slots), slot, -1).to(tl.int32)
+                track32 = tl.where((track_slot >= 0) & (track_slot < num_slots), track_slot, -1).to(tl.int32)
+                row32 = tl.where(row_ok, row, -1).to(tl.int32)
+                tl.store(index_ptr + request, slot32, mask=in_batch)
+                tl.store(index_ptr + batch + request, track32, mask=in_batch)
+                tl.store(index_ptr + 2 * batch + request, row32, mask=in_batch)
+                tl.store(index_ptr + 3 * batch + request, row32, mask=in_batch)
     if FOR_COMMIT:
         tl.store(bytes_moved_ptr, tl.sum(copies, axis=0) * bytes_per_request)
 

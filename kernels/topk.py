@@ -220,6 +220,8 @@ def draft_topk(
     if token_bitmask is not None:  # the mask (and map) loads spill at 16 elements per thread (sm_90)
         config = TopkLaunch(block=min(config.block, MASKED_BLOCK), tile_warps=config.tile_warps, merge_warps=config.merge_warps)
     num_tiles = triton.cdiv(vocab, config.block)
+    if token_map is not None:
+        token_map = token_map.contiguous()  # indexed with unit stride (a no-op for the usual map)
     # Scratch comes from torch's caching allocator: no device malloc per call, capture-safe.
     tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
     tile_sum = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)

@@ -34,6 +34,9 @@ import triton.language as tl
 from spec_hal.tree import bitpacked_dtype, full_mask_block_starts, full_mask_numel, tree_num_steps
 from spec_hal.types import DraftTree
 
+from spec_hal import error_flag
+
+from .error_flag import ARGUMENT_STEP, record_invalid
 from .launch import KernelTarget
 
 MASK_QLEN, MASK_FULL, MASK_BITPACKED = 0, 1, 2
@@ -47,7 +50,7 @@ def _build_tree_kernel(
     selected_ptr, selected_stride,
     draft_tokens_ptr, draft_tokens_stride,
     seq_lens_ptr, seq_lens_stride,
-    block_starts_ptr,
+    block_starts_ptr, mask_numel, flag_ptr, flag_code,
     tokens_ptr, positions_ptr, retrieve_index_ptr, next_token_ptr, next_sibling_ptr, mask_ptr,
     node_parents_ptr, node_depth_ptr,
     parent_columns, topk, num_steps,
@@ -97,6 +100,8 @@ def _build_tree_kernel(
     root = tl.load(roots_ptr + request * roots_stride).to(tl.int64)
     draft = tl.load(draft_tokens_ptr + request * draft_tokens_stride + (node - 1), mask=is_draft, other=0).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + request * seq_lens_stride).to(tl.int64)
+    record_invalid(flag_ptr, flag_code, seq_len < 0, request)  # rule: a negative length counts as 0
+    seq_len = tl.maximum(seq_len, 0)
     tl.store(tokens_ptr + out, tl.where(node == 0, root, draft), mask=is_node)
     tl.store(positions_ptr + out, seq_len + depth, mask=is_node)
     tl.store(retrieve_index_ptr + out, out, mask=is_node)
@@ -109,7 +114,12 @@ def _build_tree_kernel(
         tl.store(mask_ptr + request * (N * N) + row * N + col, in_mask.to(tl.uint8), mask=in_tree)
     elif MASK_MODE == 1:
         block_start = tl.load(block_starts_ptr + request)
-        tl.store(mask_ptr + block_start + row * (seq_len + N) + seq_len + col, in_mask.to(tl.uint8), mask=in_tree)
+        offset = block_start + row * (seq_len + N) + seq_len + col
+        # A seq_lens_sum below sum(seq_lens) sizes the mask too small: drop what falls past it.
+        inside = offset < mask_numel
+        tl.store(mask_ptr + offset, in_mask.to(tl.uint8), mask=in_tree & inside)
+        overflow = tl.max(tl.max((in_tree & (offset >= mask_numel)).to(tl.int32), axis=1), axis=0) > 0
+        record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, overflow, request)
     else:
         bits = tl.sum(tl.where(in_mask & (col < N), tl.full((1, N_PAD), 1, tl.int64) << col.to(tl.int64), 0), axis=1)
         tl.store(mask_ptr + out, bits, mask=is_node)
@@ -140,6 +150,10 @@ def _mask_buffer(mask_mode: str, bs: int, num_nodes: int, seq_lens: torch.Tensor
     return torch.empty((bs, num_nodes), dtype=bitpacked_dtype(num_nodes), device=device)
 
 
+def _dense_rows(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.shape[1] <= 1 or tensor.stride(1) == 1 else tensor.contiguous()
+
+
 def build_tree(
     roots: torch.Tensor,
     parents: torch.Tensor,
@@ -167,10 +181,13 @@ def build_tree(
         return tree
     block_starts = full_mask_block_starts(seq_lens, num_nodes) if mask_mode == "full" else positions
     config = launch_config(target, num_nodes)
+    # The kernel takes row strides only: rows of the 2-D inputs must be dense (small copies if not).
+    parents, selected, draft_tokens = (_dense_rows(t) for t in (parents, selected, draft_tokens))
     parents_or_placeholder = parents if parents.shape[1] else selected  # an empty tensor may have no address
     _build_tree_kernel[(bs,)](
         roots, roots.stride(0), parents_or_placeholder, parents.stride(0), selected, selected.stride(0),
-        draft_tokens, draft_tokens.stride(0), seq_lens, seq_lens.stride(0), block_starts,
+        draft_tokens, draft_tokens.stride(0), seq_lens, seq_lens.stride(0), block_starts, mask.numel(),
+        error_flag.flag(device), error_flag.code("build_tree", "seq_lens"),
         tokens, positions, links[0], links[1], links[2], mask.view(torch.uint8) if mask.dtype == torch.bool else mask,
         links[3], links[4], parents.shape[1], topk, num_steps,
         N=num_nodes, N_PAD=config.padded_nodes, MASK_MODE=_MASK_CODES[mask_mode], num_warps=config.num_warps,
@@ -199,7 +216,8 @@ def compile_specs(target: KernelTarget):
                     "roots_ptr": f"*{index_type}", "roots_stride": "i64", "parents_ptr": "*i64", "parents_stride": "i64",
                     "selected_ptr": "*i64", "selected_stride": "i64", "draft_tokens_ptr": f"*{index_type}",
                     "draft_tokens_stride": "i64", "seq_lens_ptr": f"*{index_type}", "seq_lens_stride": "i64",
-                    "block_starts_ptr": "*i64", "tokens_ptr": "*i64", "positions_ptr": "*i64", "retrieve_index_ptr": "*i64",
+                    "block_starts_ptr": "*i64", "mask_numel": "i64",
+                    "flag_ptr": "*i64", "flag_code": "i64", "tokens_ptr": "*i64", "positions_ptr": "*i64", "retrieve_index_ptr": "*i64",
                     "next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "mask_ptr": mask_pointer,
                     "node_parents_ptr": "*i64", "node_depth_ptr": "*i64", "parent_columns": "i32", "topk": "i32", "num_steps": "i32",
                     "N": "constexpr", "N_PAD": "constexpr", "MASK_MODE": "constexpr",

@@ -122,9 +122,10 @@ def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, r
     for t in range(first_tile, end_tile):
         cols = t * TILE_V + tl.arange(0, TILE_V)
         ok = req_ok[:, None] & (cols[None, :] < vocab)
-        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=ok, other=0.0))
-        if HAS_MASK:
-            p = tl.where(token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols[None, :], ok, mask_width), p, 0.0)
+        p_ok = ok
+        if HAS_MASK:  # a masked id reads as p = 0 (folded into the load: fewer live registers)
+            p_ok = ok & token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols[None, :], ok, mask_width)
+        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=p_ok, other=0.0))
         p_sums = tl.sum(tl.reshape(_quantize(p), [BLOCK_R, SUBS, SUB]), axis=2)
         block = t * SUBS + subs
         if HAS_Q:
@@ -185,9 +186,10 @@ def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, us
     for piece in tl.static_range(SUB // PIECE):
         cols = crossing[:, None] * SUB + piece * PIECE + tl.arange(0, PIECE)[None, :]
         ok = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
-        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols.to(tl.int64) * stride_pv, mask=ok, other=0.0))
+        p_ok = ok
         if HAS_MASK:
-            p = tl.where(token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols, ok, mask_width), p, 0.0)
+            p_ok = ok & token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols, ok, mask_width)
+        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols.to(tl.int64) * stride_pv, mask=p_ok, other=0.0))
         values = _quantize(p)
         if HAS_Q:
             q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols.to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
@@ -267,7 +269,7 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
         else:
             wanted = tl.load(target_ptr + node, mask=standing, other=-1).to(tl.int64)
         predict = tl.where((lanes[None, :] == last[:, None]) & standing[:, None], wanted[:, None], predict)
-        descend = standing & (level < num_steps)
+        descend = standing & (level < num_steps) & (level < nodes - 1)  # never more than N - 1 accepts
         cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
         scanned = tl.zeros([BLOCK_R], dtype=tl.int32)
@@ -325,7 +327,7 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
     level = tl.zeros([BLOCK_R], dtype=tl.int32)
     while tl.max(standing.to(tl.int32), axis=0) > 0:
         node = block_base + last
-        descend = standing & (level < num_steps)
+        descend = standing & (level < num_steps) & (level < nodes - 1)  # never more than N - 1 accepts
         rejected = tl.where(standing[:, None], 0, rejected)
         rejected_q = tl.where(standing[:, None], 0, rejected_q)
         coin = _sanitize_coins(tl.load(coins_ptr + node, mask=descend, other=0.0))
@@ -635,7 +637,7 @@ def _target_source(target_predict: torch.Tensor, target: KernelTarget, masks: Op
             target_predict = target_predict.flatten(0, 1)
         tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target, masks)
         return tile_max, tile_max, tile_id, num_tiles, True
-    ids = target_predict.reshape(-1)
+    ids = target_predict.reshape(-1).contiguous()  # the walks index token ids with unit stride
     return ids, ids, ids, 1, False
 
 

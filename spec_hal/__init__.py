@@ -31,8 +31,11 @@ def _map_source_checkout_subpackages() -> None:
         folder = os.path.join(root, name)
         if f"{__name__}.{name}" in sys.modules or not os.path.isfile(os.path.join(folder, "__init__.py")):
             continue
-        # No find_spec() shortcut: an editable install of another checkout maps these names to
-        # that checkout's folders, and its kernels would run under this checkout's spec_hal.
+        found = importlib.util.find_spec(f"{__name__}.{name}")
+        if found is not None and os.path.dirname(os.path.dirname(found.origin or "")) == os.path.dirname(os.path.abspath(__file__)):
+            continue  # installed inside the package (a wheel): that is this checkout's copy
+        # Otherwise the folder beside this package wins: an editable install of ANOTHER checkout
+        # must not shadow this checkout's kernels (PYTHONPATH=<checkout> runs the checkout).
         spec = importlib.util.spec_from_file_location(
             f"{__name__}.{name}", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
         )

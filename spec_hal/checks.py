@@ -51,6 +51,8 @@ def tensor(
     """
     if not isinstance(value, torch.Tensor):
         raise InvalidInput(name, "a torch.Tensor", type(value).__name__)
+    if value.device.type == "meta":  # no data: an op on it would silently return meta outputs
+        raise InvalidInput(name, "a tensor with data", "a tensor on the meta device")
     if ndim is not None and value.dim() != ndim:
         raise InvalidInput(name, f"a {ndim}-D tensor", f"shape {tuple(value.shape)}")
     if dtypes is not None and value.dtype not in dtypes:

@@ -24,6 +24,7 @@ from typing import Optional
 import torch
 
 from . import checks
+from .error_flag import record as record_invalid
 from .errors import InvalidInput
 from .registry import register_op
 from .types import Verdict
@@ -50,11 +51,33 @@ def check_verdict(name: str, verdict: object) -> Verdict:
     predict = checks.tensor(f"{name}.predict", verdict.predict, ndim=1, dtypes=checks.INDEX_DTYPES, device=device)
     checks.tensor(f"{name}.accept_lens", verdict.accept_lens, dtypes=checks.INDEX_DTYPES, device=device, shape=(rows,))
     checks.tensor(f"{name}.num_correct", verdict.num_correct, dtypes=checks.INDEX_DTYPES, device=device, shape=(rows,))
-    if rows and predict.shape[0] % rows:
+    if rows and (predict.shape[0] == 0 or predict.shape[0] % rows):
         raise InvalidInput(f"{name}.predict", f"bs*N rows (a multiple of bs = {rows})", f"shape {tuple(predict.shape)}")
     if value_checks_enabled() and rows:
         _check_verdict_values(name, verdict)
     return verdict
+
+
+def record_verdict_values(op: str, verdict: Verdict) -> None:
+    """Default mode: record in the error flag the accept_lens outside [1, min(S+1, N)] and the
+    used accept_index entries outside the request's block (device ops, no sync). Checked mode
+    raised on them already."""
+    rows, width = verdict.accept_index.shape
+    if value_checks_enabled() or rows == 0:
+        return
+    nodes = verdict.predict.shape[0] // rows
+    lens = verdict.accept_lens.long()
+    limit = min(width, nodes)
+    record_invalid(op, "verdict.accept_lens", (lens < 1) | (lens > limit), rule=f"values in [1, {limit}]")
+    used = torch.arange(width, device=lens.device)[None, :] < lens.clamp(max=limit)[:, None]
+    local = verdict.accept_index.long() - torch.arange(rows, device=lens.device)[:, None] * nodes
+    record_invalid(op, "verdict.accept_index", used & ((local < 0) | (local >= nodes)), rule="ids of the request's own block")
+
+
+def own_block_rows(accept_index: torch.Tensor, nodes: int) -> torch.Tensor:
+    """(bs, W) bool: entries that are global node ids of their own request's block."""
+    local = accept_index.long() - torch.arange(accept_index.shape[0], device=accept_index.device)[:, None] * nodes
+    return (local >= 0) & (local < nodes)
 
 
 def _check_verdict_values(name: str, verdict: Verdict) -> None:
@@ -82,6 +105,7 @@ def check_single_out(out, shape: tuple, dtype: torch.dtype, device: torch.device
 def check_bonus_tokens(verdict, *, out=None) -> None:
     verdict = check_verdict("verdict", verdict)
     check_single_out(out, (verdict.batch_size,), verdict.predict.dtype, verdict.device)
+    record_verdict_values("bonus_tokens", verdict)
 
 
 def fake_bonus_tokens(verdict, *, out=None) -> torch.Tensor:
@@ -100,10 +124,17 @@ def bonus_tokens(verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> tor
         (bs,) tensor of predict's dtype: ``predict[accept_index[b, accept_lens[b] - 1]]``. The
         accept width S+1 is ``accept_index.shape[1]``; it is never passed separately.
     """
-    rows = verdict.batch_size
-    last_rank = (verdict.accept_lens.long() - 1).view(rows, 1)
-    last_node = verdict.accept_index.long().gather(1, last_rank).view(rows)
-    result = verdict.predict[last_node]
+    rows, width = verdict.accept_index.shape
+    if rows == 0:
+        result = verdict.predict.new_empty((0,))
+    else:
+        # Rule: -1 where accept_lens is outside [1, S+1] or the entry is not of the request's block.
+        nodes = verdict.predict.shape[0] // rows
+        lens = verdict.accept_lens.long()
+        last_rank = (lens - 1).clamp(0, width - 1).view(rows, 1)
+        last_node = verdict.accept_index.long().gather(1, last_rank).view(rows)
+        valid = (lens >= 1) & (lens <= width) & own_block_rows(verdict.accept_index, nodes).gather(1, last_rank).view(rows)
+        result = torch.where(valid, verdict.predict[last_node.clamp(0, verdict.predict.shape[0] - 1)], -1).to(verdict.predict.dtype)
     if out is None:
         return result
     out.copy_(result)
@@ -129,6 +160,7 @@ def check_compact_accepted(x, verdict, *, out=None) -> None:
         check_single_out(out, tuple(x.shape), x.dtype, verdict.device)
         if out.numel() and out.data_ptr() == x.data_ptr():
             raise InvalidInput("out", "a buffer other than x (compaction reads rows it overwrites)", "x itself")
+    record_verdict_values("compact_accepted", verdict)
 
 
 def fake_compact_accepted(x, verdict, *, out=None) -> torch.Tensor:
@@ -163,6 +195,8 @@ def compact_accepted(x: torch.Tensor, verdict: Verdict, *, out: Optional[torch.T
     moved = ranks[None, :] < verdict.accept_lens.long()[:, None]
     destination = torch.arange(rows, device=x.device)[:, None] * nodes + ranks[None, :]
     # Rows past the accepted path copy themselves, so the copy needs no data-dependent shapes.
+    # Rule: an entry outside the request's own block keeps the row (reads no other request).
+    moved = moved & own_block_rows(verdict.accept_index[:, :columns], nodes)
     source = torch.where(moved, verdict.accept_index[:, :columns].long(), destination)
     result[destination.reshape(-1)] = x[source.reshape(-1)]
     return result

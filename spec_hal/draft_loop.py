@@ -70,11 +70,13 @@ def check_run_draft(model, state, *, steps, topk, chain_hidden) -> None:
         raise InvalidInput("state.hidden", "a (bs, H) tensor when chain_hidden (the chain starts from it)", None)
 
 
-def _check_model_output(output, *, lanes: int, chain_hidden: bool, step: int):
+def _check_model_output(output, *, lanes: int, chain_hidden: bool, step: int, topk: int):
     if not isinstance(output, tuple) or len(output) != 2:
         raise InvalidInput("model", "a (logits, hidden) tuple", type(output).__name__)
     logits, hidden = output
     checks.tensor(f"model output logits (step {step})", logits, ndim=2, dtypes=checks.FLOAT_DTYPES, shape=(lanes, None))
+    if logits.shape[1] < topk:  # else draft_topk would name its own argument k, not the caller's
+        raise InvalidInput("topk", f"at most the model's vocabulary ({logits.shape[1]} logits at step {step})", topk)
     if hidden is None and chain_hidden:
         raise InvalidInput(f"model output hidden (step {step})", "a hidden state (chain_hidden propagates it)", None)
     if hidden is not None:
@@ -110,7 +112,7 @@ def draft_step(
     forward_index = step - 1
     torch.add(root_positions, forward_index, out=positions)
     logits, hidden = _check_model_output(model(expansion.input_ids, positions, expansion.hidden, forward_index),
-                                         lanes=positions.shape[0], chain_hidden=chain_hidden, step=forward_index)
+                                         lanes=positions.shape[0], chain_hidden=chain_hidden, step=forward_index, topk=topk)
     probs, ids = ops.draft_topk(logits, topk)
     # Each lane continues its parent lane: expand_tree gathers hidden rows by parent lane. With
     # K = 1 (chain_hidden) the parent lane is the lane itself: step i+1 gets step i's output.

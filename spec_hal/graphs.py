@@ -181,6 +181,8 @@ class GraphRunner:
         mutable: Sequence[str] = (),
         pad_values: Optional[Mapping[str, PadValue]] = None,
     ):
+        if not callable(fn):
+            raise InvalidInput("fn", "a callable fn(**inputs)", type(fn).__name__)
         self._fn = fn
         self.device = self._check_inputs(inputs)
         self.batch_sizes = self._check_batch_sizes(batch_sizes)

@@ -40,7 +40,8 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 
 from . import checks
-from .compaction import check_verdict, value_checks_enabled
+from .compaction import check_verdict, record_verdict_values, value_checks_enabled
+from .error_flag import record as record_invalid
 from .errors import InvalidInput
 from .registry import register_op
 from .types import Verdict
@@ -74,6 +75,7 @@ def check_accepted_kv_moves(verdict, slots, *, out=None) -> None:
     nodes = verdict.predict.shape[0] // rows if rows else None
     slots = checks.tensor("slots", slots, ndim=2, dtypes=checks.INDEX_DTYPES, device=verdict.device, shape=(rows, nodes))
     checks.out_tensors("out", out, [((rows * width,), slots.dtype)] * 2, verdict.device)
+    record_verdict_values("accepted_kv_moves", verdict)
 
 
 def fake_accepted_kv_moves(verdict, slots, *, out=None):
@@ -107,8 +109,11 @@ def accepted_kv_moves(
     ranks = torch.arange(width, device=slots.device)
     accepted = ranks[None, :] < verdict.accept_lens.long()[:, None]
     block_start = torch.arange(rows, device=slots.device)[:, None] * nodes
-    local = (verdict.accept_index.long() - block_start).clamp(0, nodes - 1)
-    accepted = accepted & (local != ranks[None, :]) & (ranks[None, :] < columns)
+    local = verdict.accept_index.long() - block_start
+    # Rule: an accept_index outside the request's own block [b*N, (b+1)*N) is skipped (-1).
+    in_block = (local >= 0) & (local < nodes)
+    accepted = accepted & in_block & (local != ranks[None, :]) & (ranks[None, :] < columns)
+    local = local.clamp(0, nodes - 1)
     src = torch.where(accepted, slots.gather(1, local), -1)
     dst = torch.where(accepted, slots.gather(1, ranks.clamp(max=nodes - 1)[None, :].expand(rows, width)), -1)
     src, dst = src.reshape(-1).to(slots.dtype), dst.reshape(-1).to(slots.dtype)
@@ -138,6 +143,10 @@ def check_move_kv(caches, src, dst) -> None:
             raise InvalidInput(name, "contiguous rows (every dim after the slot dim dense)", f"strides {cache.stride()}")
     if value_checks_enabled() and src.numel():
         _check_move_values(caches, src, dst)
+    elif src.numel():  # default mode: record what the skip rule will drop (device ops, no sync)
+        num_slots = min(cache.shape[0] for cache in caches)
+        for name, slots in (("src", src), ("dst", dst)):
+            record_invalid("move_kv", name, (slots < -1) | (slots >= num_slots), rule=f"-1 or slots in [0, {num_slots})")
 
 
 def _row_contiguous(cache: torch.Tensor) -> bool:
@@ -151,10 +160,11 @@ def _row_contiguous(cache: torch.Tensor) -> bool:
 
 def _check_move_values(caches, src, dst) -> None:
     src, dst = src.long().cpu(), dst.long().cpu()
-    valid = (src >= 0) & (dst >= 0)
     num_slots = min(cache.shape[0] for cache in caches)
-    if ((src[valid] >= num_slots) | (dst[valid] >= num_slots)).any():
-        raise InvalidInput("src", f"slots in [0, {num_slots})", "a slot out of range")
+    for name, slots in (("src", src), ("dst", dst)):
+        if ((slots < -1) | (slots >= num_slots)).any():
+            raise InvalidInput(name, f"-1 (skip) or slots in [0, {num_slots})", slots.tolist())
+    valid = (src >= 0) & (dst >= 0)
     moves = valid.nonzero().view(-1)
     if torch.unique(dst[moves]).numel() != moves.numel():
         raise InvalidInput("dst", "distinct destination slots", "a slot written twice")
@@ -179,10 +189,11 @@ def move_kv(caches: Sequence[torch.Tensor], src: torch.Tensor, dst: torch.Tensor
     Returns:
         None (the caches are updated in place).
     """
-    valid = (src >= 0) & (dst >= 0)
-    sources, destinations = src[valid].long(), dst[valid].long()
+    src, dst = src.long(), dst.long()
     for cache in caches:
-        cache[destinations] = cache[sources]  # advanced indexing gathers into a copy first
+        # Rule: a move whose source or destination is outside [0, num_slots) of this cache is skipped.
+        valid = (src >= 0) & (dst >= 0) & (src < cache.shape[0]) & (dst < cache.shape[0])
+        cache[dst[valid]] = cache[src[valid]]  # advanced indexing gathers into a copy first
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,6 +209,13 @@ def check_assign_draft_slots(req_to_token, *, req_pool_indices, seq_lens, num_st
     steps = checks.integer("num_steps", num_steps, low=1)
     lanes = checks.integer("topk", topk, low=1)
     page = checks.integer("page_size", page_size, low=1)
+    width = table.shape[1]
+    # Limits from shapes: a request's K lanes of S steps must fit in a req_to_token row, and a
+    # page (its prefix-tail copies are sized by P) cannot be wider than the row.
+    if steps * lanes > width:
+        raise InvalidInput("num_steps", f"num_steps * topk <= req_to_token's width {width}", f"{steps} * {lanes}")
+    if lanes > 1 and page > width:
+        raise InvalidInput("page_size", f"at most req_to_token's width {width} when topk > 1", page)
     holes = (lanes - 1) * (page - 1)
     specs = [((rows * lanes * steps,), table.dtype), ((rows * holes,), table.dtype), ((rows * holes,), table.dtype)]
     checks.out_tensors("out", out, specs, device)
@@ -255,20 +273,28 @@ def assign_draft_slots(
     """
     rows, width = req_pool_indices.shape[0], req_to_token.shape[1]
     device = req_to_token.device
-    seq = seq_lens.long()[:, None]
+    pool, lengths = req_pool_indices.long(), seq_lens.long()
+    # Rule: a request whose pool row is outside [0, R) or whose seq_len is negative gets -1 in
+    # every output (it reads nothing).
+    bad_row = (pool < 0) | (pool >= req_to_token.shape[0])
+    record_invalid("assign_draft_slots", "req_pool_indices", bad_row, rule=f"rows in [0, {req_to_token.shape[0]})")
+    record_invalid("assign_draft_slots", "seq_lens", lengths < 0, rule="non-negative lengths")
+    skipped = (bad_row | (lengths < 0))[:, None]
+    seq = lengths.clamp(min=0)[:, None]
     last_page = seq % page_size
     prefix_base = seq - last_page
     pages_per_lane = (last_page + num_steps + page_size - 1) // page_size
     lane = torch.arange(topk, device=device).repeat_interleave(num_steps)[None, :]
     step = torch.arange(num_steps, device=device).repeat(topk)[None, :]
     positions = prefix_base + lane * pages_per_lane * page_size + last_page + step
-    table_rows = req_pool_indices.long()[:, None]
-    out_cache_loc = _lookup(req_to_token, table_rows, positions, width).reshape(-1)
+    table_rows = torch.where(skipped, 0, pool[:, None])
+    out_cache_loc = _lookup(req_to_token, table_rows, torch.where(skipped, -1, positions), width).reshape(-1)
 
     holes = (topk - 1) * (page_size - 1)
     hole_lane = torch.arange(1, topk, device=device).repeat_interleave(page_size - 1)[None, :]
     hole_offset = torch.arange(page_size - 1, device=device).repeat(topk - 1)[None, :]
     in_partial_page = hole_offset < last_page
+    in_partial_page = in_partial_page & ~skipped
     source_pos = torch.where(in_partial_page, prefix_base + hole_offset, -1)
     dest_pos = torch.where(in_partial_page, prefix_base + hole_lane * pages_per_lane * page_size + hole_offset, -1)
     prefix_src = _lookup(req_to_token, table_rows, source_pos, width).reshape(rows * holes)
@@ -287,5 +313,7 @@ def assign_draft_slots(
 def _lookup(req_to_token: torch.Tensor, table_rows: torch.Tensor, positions: torch.Tensor, width: int) -> torch.Tensor:
     """req_to_token[row, position], -1 where the position is negative or past the row."""
     inside = (positions >= 0) & (positions < width)
-    values = req_to_token[table_rows.expand_as(positions), positions.clamp(0, max(width - 1, 0))] if width else positions
+    if not width or not req_to_token.shape[0]:
+        return torch.full_like(positions, -1).to(req_to_token.dtype)
+    values = req_to_token[table_rows.expand_as(positions), positions.clamp(0, width - 1)]
     return torch.where(inside, values, torch.full_like(values, -1)).to(req_to_token.dtype)

@@ -42,6 +42,7 @@ from .types import Verdict
 
 STATE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 CHECKS_ENV = "SPEC_HAL_CHECKS"
+OPTIONAL_VECTORS = ("src_rows", "track_slots")
 
 
 def value_checks_enabled() -> bool:
@@ -145,6 +146,8 @@ def _check_state_pair(dst_name: str, dst: object, src_name: str, src: object) ->
 def _check_request_vectors(names: tuple[str, ...], vectors: tuple, length: Optional[int], device: torch.device) -> int:
     """1-D int32/int64 vectors of one length on ``device``; returns that length."""
     for name, vector in zip(names, vectors):
+        if vector is None and name not in OPTIONAL_VECTORS:
+            raise InvalidInput(name, "a 1-D int32/int64 tensor", "None")
         if vector is None:
             continue
         checks.tensor(name, vector, ndim=1, dtypes=checks.INDEX_DTYPES, device=device, shape=None if length is None else (length,))
@@ -225,7 +228,9 @@ def _local_node(accept_index: torch.Tensor, position: torch.Tensor, nodes: int) 
     bs = accept_index.shape[0]
     global_id = accept_index.long().gather(1, position[:, None])[:, 0]
     base = torch.arange(bs, device=accept_index.device) * nodes
-    return torch.where(global_id < 0, torch.full_like(global_id, -1), global_id - base)
+    local = global_id - base
+    # Rule: an id outside the request's own block [b*N, (b+1)*N) (and -1 padding) gives -1.
+    return torch.where((local >= 0) & (local < nodes), local, torch.full_like(local, -1))
 
 
 def fake_mamba_commit_steps(verdict, seq_lens, *, track_interval=None):
@@ -266,7 +271,8 @@ def mamba_commit_steps(
         return last_step.to(torch.int32), torch.full((bs,), -1, dtype=torch.int32, device=device)
     pre = seq_lens.long()
     post = pre + lens
-    crossed = pre // track_interval != post // track_interval
+    # Rule: a negative seq_len takes no snapshot (floor and truncating division disagree there).
+    crossed = (pre >= 0) & (post >= 0) & (pre // track_interval != post // track_interval)
     boundary = post // track_interval * track_interval
     position = (boundary - pre - 1).clamp(0, width - 1)
     track_step = torch.where(crossed, _local_node(accept_index, position, nodes), torch.full_like(pre, -1))

@@ -439,20 +439,27 @@ def _first_tensor(flat: Sequence) -> torch.Tensor:
 
 
 def _fresh_outputs(tensors: list, inputs: Sequence, single: bool):
-    """Contiguous outputs that alias no input and no other output.
+    """Contiguous outputs that share memory with no input and no other output.
 
-    A provider's output can share memory with an input only by being that input (a no-op
-    ``.to``) or a view (a reshape); both are copied. Identity and ``_is_view`` are cheap; storage
-    pointers are not, and this runs on every call of a compiled graph."""
-    seen = {id(value) for value in inputs}
-    seen.update(id(item) for value in inputs if isinstance(value, (list, tuple)) for item in value)
+    A provider's output can share memory with an input by being that input (a no-op ``.to``), a
+    view of it (a reshape), or a tensor built on the same storage some other way; the schema
+    promises fresh outputs, so each is copied. Compared by storage pointer: identity and
+    ``_is_view`` missed an alias that opcheck found on CUDA (expand_tree's tokens)."""
+    taken = set()
+    for value in inputs:
+        for item in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(item, torch.Tensor) and item.numel():
+                taken.add(item.untyped_storage().data_ptr())
     fresh = []
     for tensor in tensors:
-        if tensor._is_view() or id(tensor) in seen:
+        storage = tensor.untyped_storage().data_ptr() if tensor.numel() else None
+        if storage in taken:
             tensor = tensor.clone(memory_format=torch.contiguous_format)
+            storage = tensor.untyped_storage().data_ptr()
         else:
             tensor = tensor.contiguous()
-        seen.add(id(tensor))
+        if storage is not None:
+            taken.add(storage)
         fresh.append(tensor)
     return fresh[0] if single else tuple(fresh)
 

@@ -21,7 +21,12 @@ Semantics (identical on every backend; integer outputs bit-exact):
 * Mask row ``i`` of a reachable node holds exactly ``depth(i) + 1`` entries: the root, its
   ancestors and itself; ``positions[i] = seq_len + depth(i)``.
 * ``num_steps`` (S) is derived from the width of ``parents``: 0 (or 1) columns is S = 1, else
-  ``K (S-1) + 1`` columns.
+  ``K (S-1) + 1`` columns. N <= 64 (``MAX_TREE_NODES``: the kernel's register tiles).
+* Invalid values in the default mode (checked mode, ``SPEC_HAL_CHECKS=1``, raises instead): a
+  negative ``seq_lens`` entry counts as 0 (positions and the full mask's layout); a
+  ``seq_lens_sum`` that disagrees with ``sum(seq_lens)`` still sizes the full mask (N * seq_lens_sum
+  + bs * N^2) and the entries that fall past its end are dropped. Both are recorded in the error
+  flag (spec_hal/error_flag.py).
 """
 from __future__ import annotations
 
@@ -30,12 +35,16 @@ from typing import Optional, Sequence
 import torch
 
 from . import checks
+from .compaction import value_checks_enabled
 from .errors import InvalidInput
+from .error_flag import record as record_invalid
 from .registry import register_op
 from .types import MASK_MODES, DraftTree, Expansion, TreeRecord
 
 MAX_TREE_TOPK = 64
 MAX_BITPACKED_NODES = 32
+# build_tree's kernel holds a request's tree as N_PAD x N_PAD register tiles: N <= 64.
+MAX_TREE_NODES = 64
 
 
 def bitpacked_dtype(num_nodes: int) -> torch.dtype:
@@ -234,6 +243,9 @@ def check_build_tree(roots, parents, selected, draft_tokens, seq_lens, *, topk, 
     if selected.shape[1] > candidates:
         raise InvalidInput("selected", f"at most K + (S-1) K^2 = {candidates} columns (N-1) for topk={topk}, S={num_steps}",
                            f"shape {tuple(selected.shape)}")
+    if selected.shape[1] + 1 > MAX_TREE_NODES:
+        raise InvalidInput("selected", f"at most {MAX_TREE_NODES - 1} columns (N <= {MAX_TREE_NODES} tree nodes)",
+                           f"shape {tuple(selected.shape)}")
     checks.tensor("draft_tokens", draft_tokens, dtypes=checks.INDEX_DTYPES, device=device, shape=tuple(selected.shape))
     checks.tensor("seq_lens", seq_lens, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs,))
     if mask_mode not in MASK_MODES:
@@ -244,19 +256,38 @@ def check_build_tree(roots, parents, selected, draft_tokens, seq_lens, *, topk, 
     if seq_lens_sum is not None:
         if mask_mode != "full":
             raise InvalidInput("seq_lens_sum", "None unless mask_mode='full' (only the full mask is sized by it)", seq_lens_sum)
-        checks.integer("seq_lens_sum", seq_lens_sum, low=0)
+        checks.integer("seq_lens_sum", seq_lens_sum, low=0, high=2**31 - 1)
+    if value_checks_enabled() and bs:
+        _check_seq_lens_values(seq_lens, seq_lens_sum)
+
+
+def _check_seq_lens_values(seq_lens: torch.Tensor, seq_lens_sum: Optional[int]) -> None:
+    """Checked mode: lengths are non-negative and ``seq_lens_sum`` is their sum."""
+    lengths = seq_lens.long().cpu()
+    if (lengths < 0).any():
+        raise InvalidInput("seq_lens", "non-negative lengths", lengths.tolist())
+    if seq_lens_sum is not None and seq_lens_sum != int(lengths.sum()):
+        raise InvalidInput("seq_lens_sum", f"sum(seq_lens) = {int(lengths.sum())}", seq_lens_sum)
+
+
+def clamped_seq_lens(seq_lens: torch.Tensor) -> torch.Tensor:
+    """(bs,) int64 lengths with negative entries as 0: the default mode's rule for them."""
+    return seq_lens.to(torch.int64).clamp(min=0)
 
 
 def full_mask_block_starts(seq_lens: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """(bs,) int64 start of each request's N x (seq_len + N) block in the flat full mask."""
-    lengths = seq_lens.to(torch.int64)
+    """(bs,) int64 start of each request's N x (seq_len + N) block in the flat full mask
+    (negative lengths count as 0)."""
+    lengths = clamped_seq_lens(seq_lens)
     before = torch.cumsum(lengths, 0) - lengths
     return num_nodes * before + torch.arange(lengths.shape[0], device=lengths.device) * (num_nodes * num_nodes)
 
 
 def full_mask_numel(seq_lens: torch.Tensor, num_nodes: int, seq_lens_sum: Optional[int]) -> int:
-    """N * sum(seq_lens) + bs * N^2. Without ``seq_lens_sum`` this reads seq_lens on the host."""
-    total_seq = int(seq_lens.sum().item()) if seq_lens_sum is None else seq_lens_sum
+    """N * sum(seq_lens) + bs * N^2. Without ``seq_lens_sum`` this reads seq_lens on the host
+    (negative lengths count as 0). A ``seq_lens_sum`` that disagrees sizes the mask anyway: the
+    entries that fall outside it are dropped (see the module docstring)."""
+    total_seq = int(clamped_seq_lens(seq_lens).sum().item()) if seq_lens_sum is None else seq_lens_sum
     return num_nodes * total_seq + seq_lens.shape[0] * num_nodes * num_nodes
 
 
@@ -326,16 +357,23 @@ def pack_mask_bits(mask: torch.Tensor) -> torch.Tensor:
 
 
 def scatter_full_mask(mask: torch.Tensor, seq_lens: torch.Tensor, numel: int) -> torch.Tensor:
-    """Flat full mask: per request N rows of (seq_len + N) columns, prefix columns True."""
+    """Flat full mask: per request N rows of (seq_len + N) columns, prefix columns True; entries
+    outside [0, numel) (a ``seq_lens_sum`` smaller than the lengths) are dropped."""
     bs, num_nodes, _ = mask.shape
     flat = torch.ones(numel, dtype=torch.bool, device=mask.device)
-    lengths = seq_lens.to(torch.int64)
+    lengths = clamped_seq_lens(seq_lens)
     nodes = torch.arange(num_nodes, device=mask.device)
     starts = full_mask_block_starts(seq_lens, num_nodes)
+    block_ends = starts + num_nodes * (lengths + num_nodes)
+    record_invalid("build_tree", "seq_lens_sum", block_ends > numel, rule="sum(seq_lens)")
     index = (starts[:, None, None] + nodes[None, :, None] * (lengths[:, None, None] + num_nodes)
              + lengths[:, None, None] + nodes[None, None, :])
-    flat[index.reshape(-1)] = mask.reshape(-1)
-    return flat
+    index, values = index.reshape(-1), mask.reshape(-1)
+    inside = index < numel
+    # Out-of-range entries are redirected to a scratch element past the end, then cut off.
+    padded = torch.cat([flat, flat.new_ones(1)])
+    padded[torch.where(inside, index, numel)] = values
+    return padded[:numel]
 
 
 def fake_build_tree(roots, parents, selected, draft_tokens, seq_lens, *, topk, mask_mode="qlen", seq_lens_sum=None) -> DraftTree:
@@ -401,7 +439,8 @@ def build_tree(
     mask, reachable = ancestor_mask(parent, num_steps)
     next_token, next_sibling = child_links(parent, reachable)
     depth = mask.sum(dim=2) - 1
-    positions = (seq_lens.to(torch.int64)[:, None] + depth).reshape(-1)
+    record_invalid("build_tree", "seq_lens", seq_lens < 0, rule="non-negative lengths")
+    positions = (clamped_seq_lens(seq_lens)[:, None] + depth).reshape(-1)
     node_parents = torch.where(reachable, parent, torch.full_like(parent, -1))
     node_depth = torch.where(reachable, depth, torch.full_like(depth, -1))
     tokens = torch.cat([roots.to(torch.int64)[:, None], draft_tokens.to(torch.int64)], dim=1).reshape(-1)

@@ -7,8 +7,10 @@ Tree walk (``verify_greedy``, ``verify_sampling``). Request ``b`` walks its tree
 accepted node (first child ``retrieve_next_token``, then ``retrieve_next_sibling``, ascending
 node order) and accepts at most one; if none is accepted the walk stops. Global node ids are
 ``b * N + j`` (derived from shapes; ``retrieve_index`` is shape-checked only). A link outside
-[1, N) ends the list, and a level scans at most N nodes, so a malformed tree can never make any
-backend read out of bounds or loop forever.
+[1, N) ends the list, a level scans at most N nodes, and the walk stops after min(S, N - 1)
+levels (a tree of N nodes has at most N - 1 drafts to accept, whatever ``num_steps`` says;
+``num_steps`` <= 1024), so a malformed tree can never make any backend read out of bounds or
+loop for long.
 
 ``Verdict.predict`` (bs*N,) int32: for every node on the accepted path, the token that follows it
 (the next accepted draft, or the bonus token for the last accepted node); **-1 on every other
@@ -64,6 +66,8 @@ from .types import DraftTree, Verdict
 # Residual entries are quantised to multiples of 2^-40: sums are exact int64 (< 2^63 for V < 2^23).
 QUANT_SCALE = float(2**40)
 MAX_VOCAB = 2**23
+# The accept width S + 1 is held per request in registers by the walk kernels.
+MAX_TREE_STEPS = 1024
 # The largest float32 below 1: coins are clamped to [0, COIN_MAX] so that u * T < T.
 COIN_MAX = 1.0 - 2.0**-24
 
@@ -75,7 +79,7 @@ COIN_MAX = 1.0 - 2.0**-24
 def _check_tree(tree) -> tuple[int, int, torch.device]:
     if not isinstance(tree, DraftTree):
         raise checks.InvalidInput("tree", "a spec_hal.DraftTree", type(tree).__name__)
-    checks.integer("tree.num_steps", tree.num_steps, low=0)
+    checks.integer("tree.num_steps", tree.num_steps, low=0, high=MAX_TREE_STEPS)
     first = checks.tensor("tree.retrieve_index", tree.retrieve_index, ndim=2, dtypes=checks.INDEX_DTYPES)
     bs, nodes = first.shape
     if nodes == 0:
@@ -242,7 +246,7 @@ def _walk(tree: DraftTree, accept_child):
     last = torch.zeros(bs, dtype=torch.int64, device=device)
     alive = torch.ones(bs, dtype=torch.bool, device=device)
     num_correct = torch.zeros(bs, dtype=torch.int64, device=device)
-    for level in range(1, tree.num_steps + 1):
+    for level in range(1, min(tree.num_steps, nodes - 1) + 1):  # never more than N - 1 accepts
         cur = torch.where(alive, _link(next_token, last), torch.full_like(last, -1))
         chosen = torch.full_like(last, -1)
         accept_child("level", last, cur)

@@ -1,0 +1,128 @@
+"""Differential cases over invalid VALUES in the default (unchecked, graph-capturable) mode: the
+categories of issues #20/#21. Every backend must apply the op's written rule (docs/reliability.md)
+exactly as the reference does: identical integers, identical in-place effects, identical error-flag
+records, out= canaries intact, inputs unmodified (``fuzz.outcome`` checks all of these). Strided,
+transposed and expanded (stride 0) views of every index argument are in test_fuzz.py's matrix."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from spec_hal import error_flag
+from spec_hal.conformance import fuzz
+
+
+@pytest.fixture(autouse=True)
+def default_mode(monkeypatch):
+    monkeypatch.delenv("SPEC_HAL_CHECKS", raising=False)
+
+
+def _with(op: str, **changes) -> fuzz.Call:
+    call = fuzz.BASELINES[op]()
+    args = dict(call.args)
+    for name, value in changes.items():
+        if "__" in name:  # verdict__accept_index -> a field of a Verdict/DraftTree argument
+            outer, field = name.split("__")
+            current = getattr(args[outer], field)
+            args[outer] = dataclasses.replace(args[outer], **{field: value(current) if callable(value) else value})
+        else:
+            args[name] = value(args[name]) if callable(value) else value
+    return dataclasses.replace(call, args=args)
+
+
+def _set(position, number):
+    """A changer: copy of the tensor with flat element ``position`` set to ``number``."""
+    def change(tensor):
+        changed = tensor.clone()
+        changed.view(-1)[position] = number
+        return changed
+    return change
+
+
+CASES = {
+    # build_tree: a full mask sized by a seq_lens_sum that lies, negative lengths (#20).
+    "build_tree seq_lens_sum 0": lambda: _with("build_tree", seq_lens_sum=0),
+    "build_tree seq_lens_sum too small": lambda: _with("build_tree", seq_lens=torch.tensor([5, 9]), seq_lens_sum=3),
+    "build_tree seq_lens_sum too big": lambda: _with("build_tree", seq_lens=torch.tensor([5, 9]), seq_lens_sum=40),
+    "build_tree negative seq_len": lambda: _with("build_tree", seq_lens=torch.tensor([-3, 17]), seq_lens_sum=14),
+    "build_tree negative seq_len qlen": lambda: _with("build_tree", seq_lens=torch.tensor([-3, 17]), mask_mode="qlen", seq_lens_sum=None),
+    "build_tree negative seq_len bitpacked": lambda: _with("build_tree", seq_lens=torch.tensor([-9, -1]), mask_mode="bitpacked",
+                                                            seq_lens_sum=None),
+    # assign_draft_slots: pool rows outside the table, negative lengths (#21).
+    "assign_draft_slots pool row = R": lambda: _with("assign_draft_slots", req_pool_indices=torch.tensor([4, 0, 3])),
+    "assign_draft_slots pool row -1": lambda: _with("assign_draft_slots", req_pool_indices=torch.tensor([2, -1, 3])),
+    "assign_draft_slots pool row 2^31-1": lambda: _with("assign_draft_slots", req_pool_indices=torch.tensor([2**31 - 1, 0, 3])),
+    "assign_draft_slots pool row 2^40": lambda: _with("assign_draft_slots", req_pool_indices=torch.tensor([2**40, 0, 3])),
+    "assign_draft_slots seq_len -5": lambda: _with("assign_draft_slots", seq_lens=torch.tensor([5, -5, 0])),
+    "assign_draft_slots seq_len past the row": lambda: _with("assign_draft_slots", seq_lens=torch.tensor([5, 62, 2**40])),
+    "assign_draft_slots int32 indices": lambda: _with("assign_draft_slots", req_pool_indices=torch.tensor([3, -1, 9], dtype=torch.int32),
+                                                       seq_lens=torch.tensor([-1, 4, 2], dtype=torch.int32)),
+    # commit_mamba_state: an int64 slot past 2^32 must not alias slot 1 (#21).
+    "commit_mamba_state slot 2^32+1": lambda: _with("commit_mamba_state", slots=torch.tensor([2**32 + 1, 4, 0])),
+    "commit_mamba_state track slot 2^32+2": lambda: _with("commit_mamba_state", track_slots=torch.tensor([2**32 + 2, -1, 5])),
+    "commit_mamba_state scratch row 2^32": lambda: _with("commit_mamba_state", src_rows=torch.tensor([2**32, 1, 2])),
+    "commit_mamba_state accept_index of another request": lambda: _with("commit_mamba_state", verdict__accept_index=_set(0, 7)),
+    "mamba_commit_steps negative seq_lens": lambda: _with("mamba_commit_steps", seq_lens=torch.tensor([-3, -14, 7])),
+    "mamba_commit_steps accept_index 2^40": lambda: _with("mamba_commit_steps", verdict__accept_index=_set(1, 2**40)),
+    # accepted_kv_moves / compact_accepted / bonus_tokens with invalid accept_index / accept_lens.
+    **{f"{op} accept_lens {n}": (lambda op=op, n=n: _with(op, verdict__accept_lens=torch.tensor([n, 1, 2])))
+       for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens") for n in (0, -1, 5, 6, 2**40)},
+    **{f"{op} accept_index {n}": (lambda op=op, n=n: _with(op, verdict__accept_index=_set(1, n)))
+       for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens") for n in (-1, -2, 7, 14, 15, 2**40)},
+    # move_kv: slots past the cache, negative slots other than -1.
+    "move_kv source past the cache": lambda: _with("move_kv", src=torch.tensor([3, 40, -1, 12, 2**40, 1])),
+    "move_kv destination past the cache": lambda: _with("move_kv", dst=torch.tensor([4, 8, 9, 41, 31, 2**32 + 2])),
+    "move_kv negative slots": lambda: _with("move_kv", src=torch.tensor([3, -2, -1, 12, 30, -2**40])),
+    # verify: a tree whose num_steps exceeds N - 1, and cyclic links.
+    "verify_greedy num_steps 1024": lambda: _with("verify_greedy", tree=lambda t: dataclasses.replace(t, num_steps=1024)),
+    "verify_greedy cyclic links": lambda: _with("verify_greedy", tree=lambda t: dataclasses.replace(
+        t, num_steps=40, retrieve_next_token=torch.ones_like(t.retrieve_next_token), retrieve_next_sibling=torch.ones_like(t.retrieve_next_token))),
+    "verify_sampling num_steps 1024": lambda: _with("verify_sampling", tree=lambda t: dataclasses.replace(t, num_steps=1024)),
+    "verify_greedy candidates out of vocabulary": lambda: _with("verify_greedy", candidates=_set(1, -5)),
+    "verify_sampling candidates out of vocabulary": lambda: _with("verify_sampling", candidates=_set(1, 2**40)),
+    "verify_chain_sampling draft ids out of vocabulary": lambda: _with("verify_chain_sampling", draft_ids=_set(0, 20)),
+    "draft_topk token_map entries -1": lambda: _with("draft_topk", token_map=lambda m: torch.full_like(m, -1)),
+    "scatter_mamba_state slot 2^32+1": lambda: _with("scatter_mamba_state", dst_slots=torch.tensor([2**32 + 1, -1, 4])),
+    "scatter_mamba_state step -2": lambda: _with("scatter_mamba_state", src_steps=torch.tensor([-2, 2, 3])),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in CASES])
+def test_invalid_value_follows_the_rule(backend, label):
+    outcome = fuzz.outcome(backend, CASES[label](), label)
+    assert outcome.startswith("reference answer"), outcome
+
+
+@pytest.mark.spec_hal_op("commit_mamba_state")
+def test_slot_past_2_to_32_leaves_slot_1_alone(backend):
+    """Slot 2^32 + 1 is out of range: skipped, never truncated to slot 1 (another request's)."""
+    call = CASES["commit_mamba_state slot 2^32+1"]()
+    args = fuzz._to(call.args, backend.device)
+    before = args["ssm_state"][:, 1].clone()
+    backend.commit_mamba_state(**args)
+    assert torch.equal(args["ssm_state"][:, 1], before)
+
+
+@pytest.mark.spec_hal_op("build_tree")
+def test_error_flag_records_and_raises(backend):
+    """The default mode records (op, argument, first index); raise_pending_errors names the argument."""
+    error_flag.pending_errors(backend.device)
+    call = CASES["build_tree negative seq_len"]()
+    args = fuzz._to(call.args, backend.device)
+    backend.build_tree(*(args[name] for name in call.positional), topk=args["topk"], mask_mode="full", seq_lens_sum=14)
+    with pytest.raises(Exception) as raised:
+        error_flag.raise_pending_errors(backend.device)
+    assert getattr(raised.value, "argument", None) == "seq_lens" and "index 0" in str(raised.value)
+    error_flag.raise_pending_errors(backend.device)  # cleared: nothing pending now
+
+
+@pytest.mark.spec_hal_op("assign_draft_slots")
+def test_checked_mode_raises_at_once(backend, monkeypatch):
+    monkeypatch.setenv("SPEC_HAL_CHECKS", "1")
+    call = CASES["assign_draft_slots pool row -1"]()
+    args = fuzz._to(call.args, backend.device)
+    with pytest.raises(Exception) as raised:
+        backend.assign_draft_slots(args["req_to_token"], **{k: v for k, v in args.items() if k != "req_to_token"})
+    assert getattr(raised.value, "argument", None) == "req_pool_indices"

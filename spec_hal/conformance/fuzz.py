@@ -1,0 +1,496 @@
+"""The bad-input sweep: every argument of every op, in turn, gets a hostile value.
+
+A *baseline* is a small valid call of an op (``BASELINES``); a *mutation* replaces one argument
+(or one field of a Verdict/DraftTree argument, named ``verdict.accept_index``) with a wrong dtype,
+rank, shape, strides (same values), device (meta), NaN/Inf, -1, negative, out-of-range or huge
+indices, an empty tensor, a Python scalar or None (``mutations``). :func:`outcome` runs the
+mutated call on a backend and on the reference (cpu clones) and classifies it. Allowed:
+
+* ``InvalidInput(<argument>)``: both raise InvalidInput naming the same argument;
+* ``reference answer``: both return, with identical integers (floats within 1e-5, NaN equal),
+  identical in-place effects and identical error-flag records; outputs written through ``out=``
+  into canary buffers keep their canaries; the inputs equal their clones afterwards.
+
+Anything else raises :class:`SweepFailure` (the conformance case fails; the sweep script
+``scripts/reliability_sweep.py`` counts it). A crash of the process is a failure by itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from spec_hal import error_flag
+from spec_hal.conformance.guards import guarded_output
+from spec_hal.conformance.tree_inputs import random_draft_tree
+from spec_hal.conformance.trees import random_tree
+from spec_hal.conformance.verdicts import random_round
+from spec_hal.errors import InvalidInput
+from spec_hal.registry import op_spec
+from spec_hal.types import DraftTree, Verdict
+
+
+class SweepFailure(AssertionError):
+    """A forbidden outcome: crash of the op, wrong answer, mutated input, broken canary."""
+
+
+@dataclass
+class Call:
+    """One op call: ``positional`` names go first, in order; the rest are keywords."""
+
+    op: str
+    args: dict
+    positional: tuple = ()
+    in_place: tuple = ()  # arguments the op writes (compared with the reference's, not with clones)
+    has_out: bool = False
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _verdict(bs: int = 3, steps: int = 3, nodes: int = 5, seed: int = 1, dtype=torch.int64) -> Verdict:
+    return random_round(bs, num_steps=steps, num_nodes=nodes, generator=_generator(seed), index_dtype=dtype).verdict
+
+
+def _draft_topk() -> Call:
+    logits = torch.randn(3, 40, generator=_generator(2))
+    return Call("draft_topk", {"logits": logits, "k": 4, "token_map": torch.arange(40) * 3}, ("logits", "k"), has_out=True)
+
+
+def _verify_greedy() -> Call:
+    tree, candidates = random_tree(2, 6, 3, seed=3, vocab=50)
+    target = torch.randint(0, 50, (12,), generator=_generator(3))
+    return Call("verify_greedy", {"tree": tree, "candidates": candidates, "target_predict": target},
+                ("tree", "candidates", "target_predict"), has_out=True)
+
+
+def _verify_sampling() -> Call:
+    tree, candidates = random_tree(2, 6, 3, seed=4, vocab=20)
+    generator = _generator(4)
+    probs = torch.softmax(torch.randn(2, 6, 20, generator=generator), dim=-1)
+    return Call("verify_sampling", {"tree": tree, "candidates": candidates, "target_probs": probs,
+                                    "coins": torch.rand(2, 6, generator=generator), "final_coins": torch.rand(2, generator=generator)},
+                ("tree", "candidates", "target_probs", "coins", "final_coins"), has_out=True)
+
+
+def _verify_chain() -> Call:
+    generator = _generator(5)
+    target = torch.randint(0, 4, (10,), generator=generator)
+    candidates = torch.cat([torch.zeros(2, 1, dtype=torch.int64), target.view(2, 5)[:, :4]], dim=1)
+    candidates[1, 3] = 9
+    return Call("verify_chain", {"candidates": candidates, "target_predict": target}, ("candidates", "target_predict"), has_out=True)
+
+
+def _verify_chain_sampling() -> Call:
+    generator = _generator(6)
+    return Call("verify_chain_sampling", {
+        "draft_ids": torch.randint(0, 20, (2, 3), generator=generator),
+        "draft_probs": torch.softmax(torch.randn(2, 3, 20, generator=generator), dim=-1),
+        "target_probs": torch.softmax(torch.randn(2, 4, 20, generator=generator), dim=-1),
+        "coins": torch.rand(2, 3, generator=generator), "final_coins": torch.rand(2, generator=generator)},
+        ("draft_ids", "draft_probs", "target_probs", "coins", "final_coins"), has_out=True)
+
+
+def _bonus_tokens() -> Call:
+    return Call("bonus_tokens", {"verdict": _verdict(seed=7)}, ("verdict",), has_out=True)
+
+
+def _compact_accepted() -> Call:
+    return Call("compact_accepted", {"x": torch.randn(15, 4, generator=_generator(8)), "verdict": _verdict(seed=8)},
+                ("x", "verdict"), has_out=True)
+
+
+def _accepted_kv_moves() -> Call:
+    slots = (torch.randperm(60, generator=_generator(9))[:15] + 5).view(3, 5)
+    return Call("accepted_kv_moves", {"verdict": _verdict(seed=9), "slots": slots}, ("verdict", "slots"), has_out=True)
+
+
+def _move_kv() -> Call:
+    generator = _generator(10)
+    caches = [torch.randn(40, 4, generator=generator), torch.randn(40, 2, 3, generator=generator).to(torch.bfloat16)]
+    return Call("move_kv", {"caches": caches, "src": torch.tensor([3, 7, -1, 12, 30, 1]),
+                            "dst": torch.tensor([4, 8, 9, -1, 31, 2])}, ("caches", "src", "dst"), in_place=("caches",))
+
+
+def _assign_draft_slots() -> Call:
+    table = (torch.arange(4 * 64, dtype=torch.int32).view(4, 64) * 7 + 1)
+    return Call("assign_draft_slots", {"req_to_token": table, "req_pool_indices": torch.tensor([2, 0, 3]),
+                                       "seq_lens": torch.tensor([5, 17, 0]), "num_steps": 3, "topk": 2, "page_size": 4},
+                ("req_to_token",), has_out=True)
+
+
+def _build_tree() -> Call:
+    inputs = random_draft_tree(2, topk=2, num_steps=3, num_draft_tokens=6, seed=11)
+    return Call("build_tree", {"roots": inputs.roots, "parents": inputs.parents, "selected": inputs.selected,
+                               "draft_tokens": inputs.draft_tokens, "seq_lens": inputs.seq_lens, "topk": inputs.topk,
+                               "mask_mode": "full", "seq_lens_sum": int(inputs.seq_lens.sum())},
+                ("roots", "parents", "selected", "draft_tokens", "seq_lens"))
+
+
+def _expand_tree() -> Call:
+    generator = _generator(12)
+    return Call("expand_tree", {"step": 1, "scores": torch.rand(2, 3, generator=generator),
+                                "probs": torch.rand(6, 3, generator=generator), "ids": torch.randint(0, 99, (6, 3), generator=generator)},
+                ("step", "scores", "probs", "ids"))
+
+
+def _mamba_commit_steps() -> Call:
+    return Call("mamba_commit_steps", {"verdict": _verdict(seed=13), "seq_lens": torch.tensor([3, 14, 7]), "track_interval": 4},
+                ("verdict", "seq_lens"))
+
+
+def _scatter_mamba_state() -> Call:
+    generator = _generator(14)
+    return Call("scatter_mamba_state", {"dst": torch.randn(2, 5, 3, generator=generator), "src": torch.randn(2, 3, 4, 3, generator=generator),
+                                        "dst_slots": torch.tensor([1, -1, 4]), "src_steps": torch.tensor([0, 2, 3])},
+                in_place=("dst",))
+
+
+def _commit_mamba_state() -> Call:
+    generator = _generator(15)
+    return Call("commit_mamba_state", {
+        "verdict": _verdict(seed=15), "seq_lens": torch.tensor([3, 14, 7]), "slots": torch.tensor([1, 4, 0]),
+        "ssm_state": torch.randn(2, 6, 3, generator=generator), "ssm_intermediate": torch.randn(2, 3, 5, 3, generator=generator),
+        "conv_state": torch.randn(1, 6, 2, generator=generator), "conv_intermediate": torch.randn(1, 3, 5, 2, generator=generator),
+        "track_slots": torch.tensor([2, -1, 5]), "track_interval": 4}, in_place=("ssm_state", "conv_state"))
+
+
+BASELINES: dict[str, Callable[[], Call]] = {
+    "draft_topk": _draft_topk, "verify_greedy": _verify_greedy, "verify_sampling": _verify_sampling,
+    "verify_chain": _verify_chain, "verify_chain_sampling": _verify_chain_sampling, "bonus_tokens": _bonus_tokens,
+    "compact_accepted": _compact_accepted, "accepted_kv_moves": _accepted_kv_moves, "move_kv": _move_kv,
+    "assign_draft_slots": _assign_draft_slots, "build_tree": _build_tree, "expand_tree": _expand_tree,
+    "mamba_commit_steps": _mamba_commit_steps, "scatter_mamba_state": _scatter_mamba_state,
+    "commit_mamba_state": _commit_mamba_state,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# mutations
+
+
+def _strided(value: torch.Tensor) -> torch.Tensor:
+    """The same values with every stride doubled in the last dimension (a sliced view)."""
+    buffer = torch.zeros(*value.shape[:-1], value.shape[-1] * 2, dtype=value.dtype)
+    buffer[..., ::2] = value
+    return buffer[..., ::2]
+
+
+def _transposed(value: torch.Tensor) -> torch.Tensor:
+    """The same values in column-major order (2-D and up: last two dims swapped in memory)."""
+    return value.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def _set_first(value: torch.Tensor, number) -> torch.Tensor:
+    changed = value.clone()
+    if changed.numel():
+        changed.view(-1)[0] = number
+    return changed
+
+
+def tensor_mutations(value: torch.Tensor) -> dict[str, Callable[[], object]]:
+    """Name -> builder of each hostile variant of ``value``."""
+    out = {
+        "None": lambda: None,
+        "python scalar": lambda: 3,
+        "meta device": lambda: value.to("meta"),
+        "rank + 1": lambda: value.unsqueeze(0),
+        "shape - 1": lambda: value[..., :-1] if value.dim() and value.shape[-1] else value.unsqueeze(-1),
+        "empty": lambda: value[:0] if value.dim() else value.reshape(1)[:0],
+        "sliced": lambda: _strided(value) if value.dim() else value,
+    }
+    if value.dim() >= 2:
+        out["transposed"] = lambda: _transposed(value)
+    if value.dim() >= 1 and value.shape[0] >= 1:
+        out["expanded"] = lambda: value[:1].expand(value.shape)
+    if value.dtype.is_floating_point:
+        out["dtype int64"] = lambda: value.to(torch.int64)
+        out["NaN"] = lambda: _set_first(value, float("nan"))
+        out["+Inf"] = lambda: _set_first(value, float("inf"))
+        out["-Inf"] = lambda: _set_first(value, float("-inf"))
+        out["negative"] = lambda: _set_first(value, -0.5)
+    elif value.dtype != torch.bool:
+        out["dtype float32"] = lambda: value.to(torch.float32)
+        out["dtype int16"] = lambda: value.to(torch.int16)
+        out["-1"] = lambda: _set_first(value, -1)
+        out["-7"] = lambda: _set_first(value, -7)
+        limit = torch.iinfo(value.dtype).max
+        out["int32 max"] = lambda: _set_first(value, min(2**31 - 1, limit))
+        if value.dtype == torch.int64:
+            out["2^40"] = lambda: _set_first(value, 2**40)
+            out["2^32 + 1"] = lambda: _set_first(value, 2**32 + 1)
+        out["out of range (+numel)"] = lambda: _set_first(value, max(value.numel(), 64) + 1)
+    return out
+
+
+def scalar_mutations(value) -> dict[str, Callable[[], object]]:
+    out = {"None": lambda: None, "-1": lambda: -1, "0": lambda: 0, "2^40": lambda: 2**40, "float": lambda: 2.5, "True": lambda: True,
+           "tensor": lambda: torch.tensor(3)}
+    if isinstance(value, float):
+        out.update({"NaN": lambda: float("nan"), "2.0": lambda: 2.0})
+    if isinstance(value, str):
+        out = {"None": lambda: None, "unknown": lambda: "nonsense", "int": lambda: 1}
+    return out
+
+
+def _fields(value) -> list[str]:
+    return [field.name for field in dataclasses.fields(value) if isinstance(getattr(value, field.name), torch.Tensor)]
+
+
+def arguments(call: Call) -> list[str]:
+    """Mutable argument names of a call, Verdict/DraftTree fields as ``name.field``."""
+    names = []
+    for name, value in call.args.items():
+        if isinstance(value, (Verdict, DraftTree)):
+            names.append(name)
+            names.extend(f"{name}.{field}" for field in _fields(value))
+        elif isinstance(value, list):
+            names.append(name)
+            names.extend(f"{name}[{index}]" for index in range(len(value)))
+        else:
+            names.append(name)
+    return names
+
+
+def _get(call: Call, argument: str):
+    if "[" in argument:
+        name, index = argument[:-1].split("[")
+        return call.args[name][int(index)]
+    if "." in argument:
+        name, field = argument.split(".", 1)
+        return getattr(call.args[name], field)
+    return call.args[argument]
+
+
+def mutations(call: Call, argument: str) -> dict[str, Callable[[], object]]:
+    value = _get(call, argument)
+    if isinstance(value, torch.Tensor):
+        return tensor_mutations(value)
+    if isinstance(value, (Verdict, DraftTree)):
+        return {"None": lambda: None, "python scalar": lambda: 3}
+    if isinstance(value, list):
+        return {"None": lambda: None, "empty list": lambda: [], "tensor": lambda: value[0]}
+    if value is None:
+        return {"python scalar": lambda: 3}
+    return scalar_mutations(value)
+
+
+def mutated(call: Call, argument: str, mutation: str) -> Call:
+    new_value = mutations(call, argument)[mutation]()
+    args = dict(call.args)
+    if "[" in argument:
+        name, index = argument[:-1].split("[")
+        items = list(args[name])
+        items[int(index)] = new_value
+        args[name] = items
+    elif "." in argument:
+        name, field = argument.split(".", 1)
+        args[name] = dataclasses.replace(args[name], **{field: new_value})
+    else:
+        args[argument] = new_value
+    return dataclasses.replace(call, args=args)
+
+
+def matrix(ops: Optional[list[str]] = None) -> list[tuple[str, str, str]]:
+    """Every (op, argument, mutation) of the sweep."""
+    rows = []
+    for op in ops or BASELINES:
+        call = BASELINES[op]()
+        for argument in arguments(call):
+            rows.extend((op, argument, mutation) for mutation in mutations(call, argument))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# running a call
+
+
+def _map(value, fn):
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, (Verdict, DraftTree)):
+        return dataclasses.replace(value, **{f: fn(getattr(value, f)) for f in _fields(value)})
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_map(item, fn) for item in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(item, fn) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _map(getattr(value, f.name), fn) for f in dataclasses.fields(value)})
+    return value
+
+
+def _to(value, device):
+    return _map(value, lambda t: t if t.device.type == "meta" else t.to(device))
+
+
+def _clone(value):
+    return _map(value, lambda t: t.clone())
+
+
+def _invoke(fn, call: Call, args: dict, out=None):
+    kwargs = {name: value for name, value in args.items() if name not in call.positional}
+    if out is not None:
+        kwargs["out"] = out
+    return fn(*(args[name] for name in call.positional), **kwargs)
+
+
+def _flatten(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (Verdict, DraftTree)):
+        return [getattr(value, f) for f in _fields(value)] + ([value.num_steps] if isinstance(value, DraftTree) else [])
+    if isinstance(value, (list, tuple)):
+        return [item for entry in value for item in _flatten(entry)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [item for f in dataclasses.fields(value) for item in _flatten(getattr(value, f.name))]
+    return [value]
+
+
+def _same(a, b, *, meta_equal: bool = False) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if "meta" in (a.device.type, b.device.type):
+            # No data to compare: a meta result is never an answer; an input field the op
+            # ignored may stay on meta.
+            return meta_equal and a.device == b.device and a.shape == b.shape
+        a, b = a.cpu(), b.cpu()
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.dtype.is_floating_point:
+            return torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6, equal_nan=True)
+        return torch.equal(a, b)
+    return a == b
+
+
+def _results_equal(got, expected, *, meta_equal: bool = False) -> bool:
+    got, expected = _flatten(got), _flatten(expected)
+    return len(got) == len(expected) and all(_same(a, b, meta_equal=meta_equal) for a, b in zip(got, expected))
+
+
+def _run(fn, call: Call, args: dict, device, out=None):
+    """(kind, value, flag): kind "ok" with the result, "InvalidInput" with the argument, or
+    "error" with the exception; flag: the error-flag record the call left on ``device``."""
+    error_flag.pending_errors(device)
+    try:
+        result = _invoke(fn, call, args, out)
+        kind, value = "ok", result
+    except InvalidInput as exc:
+        kind, value = "InvalidInput", exc.argument
+    except Exception as exc:  # noqa: BLE001 - classified: any other exception is a failure
+        kind, value = "error", exc
+    return kind, value, error_flag.pending_errors(device)
+
+
+def _reference(call: Call):
+    spec = op_spec(call.op)
+
+    def checked_reference(*args, **kwargs):
+        spec.check(*args, **kwargs)
+        return spec.reference(*args, **kwargs)
+
+    return checked_reference
+
+
+def _guarded_like(result):
+    """Canary-guarded output buffers shaped like ``result`` (tensor, tuple or Verdict)."""
+    if isinstance(result, torch.Tensor):
+        guard = guarded_output(tuple(result.shape), result.dtype, result.device)
+        return guard.tensor, [guard]
+    if isinstance(result, Verdict):
+        guards = [guarded_output(tuple(getattr(result, f).shape), getattr(result, f).dtype, result.device) for f in _fields(result)]
+        return Verdict(*(g.tensor for g in guards)), guards
+    if isinstance(result, tuple):
+        guards = [guarded_output(tuple(t.shape), t.dtype, t.device) for t in result]
+        return tuple(g.tensor for g in guards), guards
+    return None, []
+
+
+def outcome(backend, call: Call, label: str = "") -> str:
+    """Run ``call`` on ``backend`` and on the reference; return the allowed outcome's name or
+    raise SweepFailure."""
+    device = backend.device
+    reference_args = _clone(call.args)
+    kind, value, ref_flag = _run(_reference(call), call, reference_args, torch.device("cpu"))
+    if kind == "error":
+        raise SweepFailure(f"{label}: the reference raised {type(value).__name__}: {value}")
+    backend_args = _to(call.args, device)
+    originals = _clone(backend_args)
+    got_kind, got, got_flag = _run(getattr(backend, call.op), call, backend_args, device)
+    if got_kind == "error":
+        raise SweepFailure(f"{label}: {backend.name} raised {type(got).__name__}: {got}")
+    if kind != got_kind:
+        raise SweepFailure(f"{label}: reference {kind} {value!r}, {backend.name} {got_kind} {got!r}")
+    if kind == "InvalidInput":
+        if value != got:
+            raise SweepFailure(f"{label}: InvalidInput names {got!r} on {backend.name}, {value!r} on the reference")
+        return f"InvalidInput({value})"
+    if not _results_equal(got, value):
+        raise SweepFailure(f"{label}: {backend.name} returned a different answer from the reference")
+    for name in call.args:
+        if name in call.in_place:
+            if not _results_equal(backend_args[name], reference_args[name]):
+                raise SweepFailure(f"{label}: in-place argument {name} differs from the reference's")
+        elif not _results_equal(backend_args[name], originals[name], meta_equal=True):
+            raise SweepFailure(f"{label}: {backend.name} modified its input {name}")
+    if got_flag != ref_flag:
+        raise SweepFailure(f"{label}: error flag {got_flag} on {backend.name}, {ref_flag} on the reference")
+    if call.has_out:
+        out, guards = _guarded_like(_to(value, device))
+        if out is not None:
+            kind_out, with_out, _ = _run(getattr(backend, call.op), call, _to(call.args, device), device, out=out)
+            if kind_out != "ok" or not _results_equal(with_out, value):
+                raise SweepFailure(f"{label}: with out= buffers {backend.name} gave {kind_out} / a different answer")
+            for guard in guards:
+                try:
+                    guard.assert_intact(f"{label} out")
+                except AssertionError as exc:
+                    raise SweepFailure(str(exc)) from None
+    return "reference answer" + (" (flagged)" if ref_flag else "")
+
+
+def run_case(backend, op: str, argument: str, mutation: str) -> str:
+    call = mutated(BASELINES[op](), argument, mutation)
+    return outcome(backend, call, f"{op}({argument} = {mutation})")
+
+
+def integer_arguments(op: str) -> list[str]:
+    """Integer tensor arguments of an op's baseline (indices, lengths, slots, token ids)."""
+    call = BASELINES[op]()
+    return [name for name in arguments(call)
+            if isinstance(_get(call, name), torch.Tensor) and _get(call, name).dtype in (torch.int32, torch.int64)]
+
+
+def run_value_case(backend, op: str, argument: str, position: int, number: int) -> str:
+    """Set element ``position`` (modulo its numel) of an integer argument to ``number`` (clamped
+    to the dtype) and compare the backend with the reference."""
+    call = BASELINES[op]()
+    value = _get(call, argument).clone()
+    info = torch.iinfo(value.dtype)
+    value.view(-1)[position % value.numel()] = max(info.min, min(info.max, number))
+    args = dict(call.args)
+    if "." in argument:
+        name, field = argument.split(".", 1)
+        args[name] = dataclasses.replace(args[name], **{field: value})
+    else:
+        args[argument] = value
+    return outcome(backend, dataclasses.replace(call, args=args), f"{op}({argument}[{position}] = {number})")
+
+
+def huge_sizes() -> list[tuple[str, Call]]:
+    """Size arguments far past what any buffer holds (must be rejected, never allocated)."""
+    calls = []
+    for name, value in (("num_steps", 10**6), ("page_size", 2**40), ("topk", 10**6)):
+        call = BASELINES["assign_draft_slots"]()
+        calls.append((f"assign_draft_slots({name} = {value})", dataclasses.replace(call, args={**call.args, name: value})))
+    call = BASELINES["build_tree"]()
+    calls.append(("build_tree(seq_lens_sum = 2^62)", dataclasses.replace(call, args={**call.args, "seq_lens_sum": 2**62})))
+    call = BASELINES["verify_greedy"]()
+    calls.append(("verify_greedy(tree.num_steps = 2^40)",
+                  dataclasses.replace(call, args={**call.args, "tree": dataclasses.replace(call.args["tree"], num_steps=2**40)})))
+    return calls
+
+
+__all__ = ["BASELINES", "Call", "SweepFailure", "arguments", "huge_sizes", "integer_arguments", "matrix", "mutated", "mutations",
+           "outcome", "run_case", "run_value_case"]

@@ -1,0 +1,121 @@
+"""The device-side error flag: what the default (unchecked) mode met, without a host sync.
+
+In the default mode an op never reads values on the host (that would be a sync, and would break
+graph capture), so an invalid value (an index out of range, a negative length, a size that
+disagrees with its tensor) cannot raise. The op applies its rule for that value (skip, clamp:
+docs/reliability.md lists them) and records what it met in a per-device flag:
+
+* the flag is ONE int64 tensor per device (``flag(device)``), ``NO_ERROR`` (int64 max) when clean;
+* a record is the code ``op_id << 48 | argument_id << 40 | index`` (index: the first offending
+  element, < 2^40), kept with an atomic min, so the flag holds the smallest code recorded since
+  the last read: deterministic on every backend whatever the order of the threads;
+* kernels record with ``spec_hal.kernels.error_flag.record_invalid`` (a masked ``tl.atomic_min``
+  in the kernel that met the value); the reference records with :func:`record` (torch ops on the
+  device, no sync), so the two agree bit for bit;
+* :func:`raise_pending_errors` reads the flag (a host sync: call it where the engine syncs
+  anyway), clears it and raises :class:`~spec_hal.errors.InvalidInput` naming the argument, the
+  op and the index. In checked mode (``SPEC_HAL_CHECKS=1``) :func:`record` raises at once.
+
+Graph capture: the flag is allocated on first use. Make that first use happen before capture
+(an eager warm-up call, as ``GraphRunner`` does, or ``flag(device)``), so that the buffer does
+not come from the graph's private pool; captured kernels then update it on every replay.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Optional
+
+import torch
+
+from .errors import InvalidInput
+
+NO_ERROR = 2**63 - 1
+_INDEX_BITS = 40
+_ARGUMENT_BITS = 8
+
+# Stable numbering (append only: codes must mean the same thing in every version of a report).
+FLAGGED = {
+    "build_tree": ("seq_lens", "seq_lens_sum"),
+    "assign_draft_slots": ("req_pool_indices", "seq_lens"),
+    "move_kv": ("src", "dst"),
+    "bonus_tokens": ("verdict.accept_lens", "verdict.accept_index"),
+    "compact_accepted": ("verdict.accept_lens", "verdict.accept_index"),
+    "accepted_kv_moves": ("verdict.accept_lens", "verdict.accept_index"),
+}
+_OPS = tuple(FLAGGED)
+
+_lock = threading.RLock()
+_flags: dict[str, torch.Tensor] = {}
+
+
+def code(op: str, argument: str) -> int:
+    """The code of (op, argument) at index 0; add the index to it."""
+    return ((_OPS.index(op) + 1) << (_INDEX_BITS + _ARGUMENT_BITS)) | (FLAGGED[op].index(argument) << _INDEX_BITS)
+
+
+def decode(value: int) -> Optional[tuple[str, str, int]]:
+    """(op, argument, index) of a flag value, or None for ``NO_ERROR``."""
+    if value == NO_ERROR:
+        return None
+    op = _OPS[(value >> (_INDEX_BITS + _ARGUMENT_BITS)) - 1]
+    argument = FLAGGED[op][(value >> _INDEX_BITS) & ((1 << _ARGUMENT_BITS) - 1)]
+    return op, argument, value & ((1 << _INDEX_BITS) - 1)
+
+
+def flag(device: "torch.device | str") -> torch.Tensor:
+    """The (1,) int64 flag of ``device`` (created on first use, then the same tensor)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = str(device)
+    with _lock:
+        if key not in _flags:
+            _flags[key] = torch.full((1,), NO_ERROR, dtype=torch.int64, device=device)
+        return _flags[key]
+
+
+def checked_mode() -> bool:
+    return os.environ.get("SPEC_HAL_CHECKS") == "1"
+
+
+def record(op: str, argument: str, invalid: torch.Tensor, *, rule: str = "a valid value") -> None:
+    """Record the first True entry (flattened index) of ``invalid`` for (op, argument).
+
+    No host sync in the default mode; in checked mode raise :class:`InvalidInput` at once.
+    """
+    if invalid.numel() == 0:
+        return
+    invalid = invalid.reshape(-1)
+    if checked_mode():
+        where = invalid.nonzero()
+        if where.numel():
+            raise InvalidInput(argument, rule, f"an invalid value at index {int(where[0, 0])} ({op})")
+        return
+    index = torch.arange(invalid.numel(), device=invalid.device, dtype=torch.int64).clamp(max=(1 << _INDEX_BITS) - 1)
+    candidate = torch.where(invalid, index + code(op, argument), NO_ERROR).min()
+    target = flag(invalid.device)
+    torch.minimum(target, candidate, out=target)
+
+
+def pending_errors(device: "torch.device | str | None" = None, *, clear: bool = True) -> list[tuple[str, str, int]]:
+    """Decoded records of ``device`` (every device with a flag when None); a host sync."""
+    with _lock:
+        keys = list(_flags) if device is None else [str(flag(device).device)]
+        found = []
+        for key in keys:
+            value = int(_flags[key].item())
+            if value != NO_ERROR:
+                found.append(decode(value))
+                if clear:
+                    _flags[key].fill_(NO_ERROR)
+        return found
+
+
+def raise_pending_errors(device: "torch.device | str | None" = None) -> None:
+    """Raise InvalidInput for what the default mode recorded (and clear the flag); a host sync."""
+    errors = pending_errors(device)
+    if errors:
+        op, argument, index = errors[0]
+        raise InvalidInput(argument, f"valid values for {op} (the default mode applied its rule: docs/reliability.md)",
+                           f"an invalid value at index {index}")
