@@ -94,6 +94,11 @@ PURPOSE_FINAL = 2
 LOGPROB_MODES = ("raw", "processed")
 
 Number = Union[int, float]
+# A per-request parameter: one Python number for every request, or a (rows,) tensor. The custom op
+# (spec_hal/torch_library.py) passes it as two schema arguments, ``Scalar? <name>_number`` and
+# ``Tensor? <name>_tensor``, exactly one of them set.
+FloatParam = Union[float, torch.Tensor]
+IntParam = Union[int, torch.Tensor]
 
 
 class SampledVerdict(NamedTuple):
@@ -119,7 +124,17 @@ def _exp2_table_cpu() -> torch.Tensor:
 
 @functools.lru_cache(maxsize=None)
 def _exp2_table_on(device: str) -> torch.Tensor:
-    return _exp2_table_cpu().to(device)
+    if torch.device(device).type == "cpu":
+        return _exp2_table_cpu()
+    # From pinned memory with non_blocking: a pageable host-to-device copy synchronises the host
+    # (the conformance suite's no-sync guard caught it on the H100). The pinned source is kept
+    # alive by _pinned_exp2_table's cache until the copy is done.
+    return _pinned_exp2_table().to(device, non_blocking=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _pinned_exp2_table() -> torch.Tensor:
+    return _exp2_table_cpu().pin_memory()
 
 
 def exp2_table(device) -> torch.Tensor:
@@ -349,8 +364,13 @@ def raw_logsumexp(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(x, dim=1)
 
 
-@register_op("process_logits", family="sampling", check=check_process_logits)
-def process_logits(logits: torch.Tensor, *, temperature, top_k=0, top_p=1.0, min_p=0.0, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def fake_process_logits(logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0, out=None) -> torch.Tensor:
+    return logits.new_empty(logits.shape, dtype=torch.float32)
+
+
+@register_op("process_logits", family="sampling", check=check_process_logits, fake=fake_process_logits)
+def process_logits(logits: torch.Tensor, *, temperature: FloatParam, top_k: IntParam = 0, top_p: FloatParam = 1.0,
+                   min_p: FloatParam = 0.0, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Logits to processed, renormalised probabilities (the module docstring defines every step).
 
     Args:
@@ -469,16 +489,48 @@ def sampled_verdict(verdict: Verdict, mode: Optional[str], top_n: int, probs: Op
 # verification from logits
 
 
-@register_op("verify_sampling_from_logits", family="sampling", check=check_verify_sampling_from_logits)
+def fake_sampled_verdict(verdict: Verdict, logprobs: Optional[str], top_logprobs: int) -> SampledVerdict:
+    """SampledVerdict of empty tensors around a fake ``verdict`` (shapes of :func:`sampled_verdict`)."""
+    if logprobs is None:
+        return SampledVerdict(verdict, None)
+    like = verdict.accept_index
+    shape = tuple(like.shape)
+    values = like.new_empty(shape, dtype=torch.float32)
+    if not top_logprobs:
+        return SampledVerdict(verdict, values)
+    return SampledVerdict(verdict, values, like.new_empty((*shape, top_logprobs), dtype=torch.int64),
+                          like.new_empty((*shape, top_logprobs), dtype=torch.float32))
+
+
+def sampled_result_fields(values: dict) -> dict:
+    """The optional tensors a from-logits verify leaves None, from its bound arguments (the
+    custom op returns them empty)."""
+    absent = {}
+    if values["logprobs"] is None:
+        absent["logprobs"] = None
+    if values["logprobs"] is None or not values["top_logprobs"]:
+        absent["top_ids"] = absent["top_logprobs"] = None
+    return absent
+
+
+def fake_verify_sampling_from_logits(tree, candidates, target_logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0, seed=None,
+                                     offset=None, generator=None, coins=None, final_coins=None, logprobs=None, top_logprobs=0,
+                                     out=None) -> SampledVerdict:
+    bs, nodes = candidates.shape
+    return fake_sampled_verdict(verify.fake_verdict(candidates, bs, nodes, tree.num_steps + 1), logprobs, top_logprobs)
+
+
+@register_op("verify_sampling_from_logits", family="sampling", check=check_verify_sampling_from_logits,
+             fake=fake_verify_sampling_from_logits, result_fields=sampled_result_fields)
 def verify_sampling_from_logits(
     tree: DraftTree,
     candidates: torch.Tensor,
     target_logits: torch.Tensor,
     *,
-    temperature,
-    top_k=0,
-    top_p=1.0,
-    min_p=0.0,
+    temperature: FloatParam,
+    top_k: IntParam = 0,
+    top_p: FloatParam = 1.0,
+    min_p: FloatParam = 0.0,
     seed: Optional[torch.Tensor] = None,
     offset: Optional[torch.Tensor] = None,
     generator: Optional[torch.Generator] = None,
@@ -532,16 +584,24 @@ def one_hot_draft_probs(draft_ids: torch.Tensor, vocab: int) -> torch.Tensor:
     return probs
 
 
-@register_op("verify_chain_sampling_from_logits", family="sampling", check=check_verify_chain_sampling_from_logits)
+def fake_verify_chain_sampling_from_logits(draft_ids, draft_probs, target_logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0,
+                                           seed=None, offset=None, generator=None, coins=None, final_coins=None, logprobs=None,
+                                           top_logprobs=0, out=None) -> SampledVerdict:
+    bs, steps = draft_ids.shape
+    return fake_sampled_verdict(verify.fake_verdict(draft_ids, bs, steps + 1, steps + 1), logprobs, top_logprobs)
+
+
+@register_op("verify_chain_sampling_from_logits", family="sampling", check=check_verify_chain_sampling_from_logits,
+             fake=fake_verify_chain_sampling_from_logits, result_fields=sampled_result_fields)
 def verify_chain_sampling_from_logits(
     draft_ids: torch.Tensor,
     draft_probs: Optional[torch.Tensor],
     target_logits: torch.Tensor,
     *,
-    temperature,
-    top_k=0,
-    top_p=1.0,
-    min_p=0.0,
+    temperature: FloatParam,
+    top_k: IntParam = 0,
+    top_p: FloatParam = 1.0,
+    min_p: FloatParam = 0.0,
     seed: Optional[torch.Tensor] = None,
     offset: Optional[torch.Tensor] = None,
     generator: Optional[torch.Generator] = None,

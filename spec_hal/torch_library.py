@@ -6,7 +6,10 @@ Design (docs/torch-compile.md has the engine's view, docs/adding-an-op.md the op
 * **Derived, not hand-written.** Each op's schema comes from its reference's signature and type
   hints (``spec_hal/<family>.py``); the op's ``fake`` (declared beside its ``register_op``) gives
   the output shapes and dtypes. ``Tensor`` is ``Tensor``, ``Optional[Tensor]`` ``Tensor?``,
-  ``int`` ``SymInt``, ``float``/``str``/``bool`` themselves, ``Sequence[Tensor]`` ``Tensor[]``.
+  ``int`` ``SymInt``, ``float``/``str``/``bool`` themselves, ``Sequence[Tensor]`` ``Tensor[]``,
+  ``Optional[torch.Generator]`` ``Generator?`` (eager only: dynamo cannot trace a generator), and
+  a per-request parameter ``Union[float, Tensor]``/``Union[int, Tensor]`` (a number or a tensor)
+  the pair ``Scalar? <name>_number, Tensor? <name>_tensor`` with exactly one set.
 * **Structured values cross as tensors.** A result type (``DraftTree``, ``Verdict``,
   ``DraftSlots``, ``MambaCommit``, ``Expansion``...: a dataclass or NamedTuple of tensors,
   optional tensors, scalars and nested such types) is flattened to its fields: as an input, one
@@ -20,6 +23,8 @@ Design (docs/torch-compile.md has the engine's view, docs/adding-an-op.md the op
   ``Tensor(x!)`` and which returns nothing; arguments in the op's ``mutates`` (``move_kv``'s
   caches, the mamba state pools) are ``Tensor(x!)``/``Tensor(x!)[]``. An op that mutates and is
   annotated to return a ``Tensor`` returns its (first) mutated argument, rebuilt by the wrapper.
+  When ``out`` is one struct field of the result (a Verdict inside a SampledVerdict), ``.into``
+  writes that field's buffers and returns the result's other tensors (the fresh logprobs).
 * **Per device type.** The ``CPU`` and ``CUDA`` (HIP tensors are ``CUDA`` to torch) kernels both
   call :func:`spec_hal.ops.bound_for_device`: the op's check and the provider of the backend that
   ``spec_hal.<op>`` would use for that device. So on CPU tensors the dispatcher runs the
@@ -63,6 +68,13 @@ def _strip_optional(hint) -> tuple[Any, bool]:
         if len(members) == 1 and len(typing.get_args(hint)) == 2:
             return members[0], True
     return hint, False
+
+
+def _is_number_or_tensor(hint) -> bool:
+    """``Union[float, Tensor]`` / ``Union[int, Tensor]``: a per-request parameter given as one
+    number or a tensor (spec_hal/sampling.py); two schema arguments, ``Scalar?`` and ``Tensor?``."""
+    members = typing.get_args(hint) if typing.get_origin(hint) is Union else ()
+    return torch.Tensor in members and all(m in (int, float, torch.Tensor) for m in members)
 
 
 def _is_struct(hint) -> bool:
@@ -167,7 +179,7 @@ class Param:
     """One argument of the public op and the schema arguments it becomes."""
 
     name: str
-    kind: str  # "tensor", "opt_tensor", "tensor_list", "scalar", "struct", "struct_list"
+    kind: str  # "tensor", "opt_tensor", "tensor_list", "scalar", "number_or_tensor", "generator", "struct", "struct_list"
     schema_type: str = ""  # for "scalar"
     codec: Optional[StructCodec] = None
     mutable: bool = False
@@ -181,6 +193,10 @@ class Param:
             return [f"{base} {self.name}"]
         if self.kind == "scalar":
             return [f"{self.schema_type} {self.name}"]
+        if self.kind == "number_or_tensor":
+            return [f"Scalar? {self.name}_number", f"Tensor? {self.name}_tensor"]
+        if self.kind == "generator":
+            return [f"Generator? {self.name}"]
         if self.kind == "struct_list":
             return [f"Tensor[] {self.name}_{leaf.path.replace('.', '_')}" for leaf in self.codec.leaves()]
         args = []
@@ -197,6 +213,8 @@ class Param:
             return [[row[i] for row in rows] for i in range(len(self.codec.leaves()))]
         if self.kind == "tensor_list":
             return [list(value)]
+        if self.kind == "number_or_tensor":
+            return [None, value] if isinstance(value, torch.Tensor) else [value, None]
         return [value]
 
     def rebuild(self, flat: Sequence, start: int):
@@ -207,6 +225,9 @@ class Param:
             columns = flat[start:start + count]
             items = [self.codec.rebuild(row, 0)[0] for row in zip(*columns)]
             return items, start + count
+        if self.kind == "number_or_tensor":
+            number, tensor = flat[start:start + 2]
+            return (number if tensor is None else tensor), start + 2
         return flat[start], start + 1
 
 
@@ -219,6 +240,10 @@ def _param(name: str, hint, parameter, mutable: bool) -> Param:
         return Param(name, "opt_tensor" if optional else "tensor", **common)
     if hint in _SCALARS:
         return Param(name, "scalar", _SCALARS[hint] + ("?" if optional else ""), **common)
+    if _is_number_or_tensor(hint) and not optional:
+        return Param(name, "number_or_tensor", **common)
+    if hint is torch.Generator and optional:
+        return Param(name, "generator", **common)
     if _is_struct(hint) and not optional:
         return Param(name, "struct", codec=codec_for(hint), **common)
     if typing.get_origin(hint) in (list, tuple, collections.abc.Sequence):
@@ -320,6 +345,7 @@ class CustomOp:
                 raise TypeError(f"op {spec.name!r}: argument {name!r} has no type hint (the schema is derived from them)")
             self.params.append(_param(name, hints[name], parameter, name in spec.mutates))
         self.result = _result(hints.get("return"), spec, self.params)
+        self.out_field, self.out_slots, self.rest_slots = _partial_out(self.result, hints.get("out")) if self.has_out else (None, [], [])
         self.positional = [p.name for p in self.params if not p.keyword_only]
         self.names = [p.name for p in self.params] + (["out"] if self.has_out else [])
         self.defaults = {p.name: p.default for p in self.params if p.default is not dataclasses.MISSING}
@@ -343,8 +369,21 @@ class CustomOp:
         alias = self._alias_letters()
         args = [arg for p in self.params for arg in p.schema_args(alias)]
         count = self.result.count if self.result.kind != "struct" else len(self.result.codec.tensor_leaves())
+        if self.out_field is not None:
+            count = len(self.out_slots)
         args += [f"Tensor({alias()}!) out{i}" for i in range(count)]
-        return f"{self.name}.{OUT_OVERLOAD}({', '.join(args)}) -> ()"
+        returns = "(" + ", ".join(["Tensor"] * len(self.rest_slots)) + ")"
+        return f"{self.name}.{OUT_OVERLOAD}({', '.join(args)}) -> {returns}"
+
+    def out_buffers(self, out) -> list:
+        """The ``.into`` overload's out tensors of an ``out=`` value."""
+        if self.out_field is not None:
+            return self.out_codec.flatten(out, tensors_only=True)
+        return self.result.out_tensors(out)
+
+    @property
+    def out_codec(self) -> StructCodec:
+        return dict(self.result.codec.fields)[self.out_field]
 
     # the Python side (traced by dynamo under torch.compile) --------------------------------
 
@@ -378,9 +417,17 @@ class CustomOp:
         packet = getattr(namespace, self.name)
         out = values.get("out")
         if out is not None:
-            getattr(packet, OUT_OVERLOAD)(*flat, *self.result.out_tensors(out))
-            return self.result.from_out(out)
-        result = packet.default(*flat)
+            buffers = self.out_buffers(out)
+            returned = getattr(packet, OUT_OVERLOAD)(*flat, *buffers)
+            if self.out_field is None:
+                return self.result.from_out(out)
+            result = [None] * (len(self.out_slots) + len(self.rest_slots))
+            for slot, tensor in zip(self.out_slots, buffers):
+                result[slot] = tensor
+            for slot, tensor in zip(self.rest_slots, returned):
+                result[slot] = tensor
+        else:
+            result = packet.default(*flat)
         if self.result.kind == "none":
             return None
         if self.result.kind == "mutated":
@@ -414,6 +461,10 @@ class CustomOp:
 
         args, kwargs, index = self.unflatten(flat)
         buffers = list(flat[index:])
+        if self.out_field is not None:
+            result = bound_for_device(self.name, _first_tensor_device(args, kwargs))(*args, out=self.out_codec.cls(*buffers), **kwargs)
+            tensors = self.result.to_tensors(result, _first_tensor(flat))
+            return _fresh_outputs([tensors[slot] for slot in self.rest_slots], flat, False)
         if self.result.kind == "tensor":
             out = buffers[0]
         elif self.result.kind == "struct":
@@ -427,6 +478,28 @@ class CustomOp:
         result = self.spec.fake(*args, **kwargs)
         tensors = self.result.to_tensors(result, _first_tensor(flat))
         return tensors[0] if self.result.kind == "tensor" else tuple(tensors)
+
+    def out_fake(self, *flat):
+        """Fake of the ``.into`` overload: the result's tensors that ``out=`` does not hold."""
+        args, kwargs, _ = self.unflatten(flat)
+        tensors = self.result.to_tensors(self.spec.fake(*args, **kwargs), _first_tensor(flat))
+        return tuple(tensors[slot] for slot in self.rest_slots)
+
+
+def _partial_out(result: Result, out_hint) -> tuple[Optional[str], list[int], list[int]]:
+    """(field, out slots, other slots) when ``out=`` holds one struct field of the result (the
+    from-logits verify ops: ``out`` is a Verdict, the result a SampledVerdict whose logprobs are
+    fresh): the ``.into`` overload writes that field's tensors and returns the others. (None, [],
+    []) when ``out`` holds the whole result."""
+    out_cls, _ = _strip_optional(out_hint)
+    if result.kind != "struct" or not _is_struct(out_cls) or out_cls is result.codec.cls:
+        return None, [], []
+    field = next((name for name, kind in result.codec.fields if isinstance(kind, StructCodec) and kind.cls is out_cls), None)
+    if field is None:
+        raise TypeError(f"out= of type {out_cls.__name__} is neither the result type nor one of its fields")
+    paths = [leaf.path for leaf in result.codec.tensor_leaves()]
+    inside = [index for index, path in enumerate(paths) if path.startswith(field + ".")]
+    return field, inside, [index for index in range(len(paths)) if index not in inside]
 
 
 def _first_tensor(flat: Sequence) -> torch.Tensor:
@@ -507,7 +580,8 @@ def _define(op: CustomOp) -> None:
         _library.define(op.out_schema())
         for key in DISPATCH_KEYS:
             _library.impl(f"{op.name}.{OUT_OVERLOAD}", op.out_kernel, key)
-        torch.library.register_fake(f"{LIBRARY}::{op.name}.{OUT_OVERLOAD}", _no_result, lib=_library)
+        out_fake = op.out_fake if op.out_field is not None else _no_result
+        torch.library.register_fake(f"{LIBRARY}::{op.name}.{OUT_OVERLOAD}", out_fake, lib=_library)
 
 
 def _no_result(*args, **kwargs) -> None:
@@ -540,5 +614,5 @@ def flat_call(name: str, *args, **kwargs) -> tuple:
     flat = op.flat_inputs(values)
     packet = getattr(getattr(torch.ops, LIBRARY), name)
     if values.get("out") is not None:
-        return getattr(packet, OUT_OVERLOAD), (*flat, *op.result.out_tensors(values["out"]))
+        return getattr(packet, OUT_OVERLOAD), (*flat, *op.out_buffers(values["out"]))
     return packet.default, tuple(flat)

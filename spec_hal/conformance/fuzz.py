@@ -311,6 +311,8 @@ def matrix(ops: Optional[list[str]] = None) -> list[tuple[str, str, str]]:
 def _map(value, fn):
     if isinstance(value, torch.Tensor):
         return fn(value)
+    if isinstance(value, dict):  # a call's arguments
+        return {name: _map(item, fn) for name, item in value.items()}
     if isinstance(value, (Verdict, DraftTree)):
         return dataclasses.replace(value, **{f: fn(getattr(value, f)) for f in _fields(value)})
     if isinstance(value, tuple) and hasattr(value, "_fields"):
@@ -326,8 +328,17 @@ def _to(value, device):
     return _map(value, lambda t: t if t.device.type == "meta" else t.to(device))
 
 
+def _clone_exact(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy with the same sizes, strides and storage offset (a sliced or expanded view stays
+    one, so the reference and the backend see the same layout)."""
+    if tensor.device.type == "meta":
+        return tensor
+    copy = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    return copy.set_(tensor.untyped_storage().clone(), tensor.storage_offset(), tensor.size(), tensor.stride())
+
+
 def _clone(value):
-    return _map(value, lambda t: t.clone())
+    return _map(value, _clone_exact)
 
 
 def _invoke(fn, call: Call, args: dict, out=None):
@@ -468,14 +479,28 @@ def run_value_case(backend, op: str, argument: str, position: int, number: int) 
     call = BASELINES[op]()
     value = _get(call, argument).clone()
     info = torch.iinfo(value.dtype)
-    value.view(-1)[position % value.numel()] = max(info.min, min(info.max, number))
+    element = max(info.min, min(info.max, number))
+    value.view(-1)[position % value.numel()] = element
     args = dict(call.args)
     if "." in argument:
         name, field = argument.split(".", 1)
         args[name] = dataclasses.replace(args[name], **{field: value})
     else:
         args[argument] = value
-    return outcome(backend, dataclasses.replace(call, args=args), f"{op}({argument}[{position}] = {number})")
+    label = f"{op}({argument}[{position}] = {number})"
+    if (op, argument) in DISTINCT_DESTINATIONS and element >= 0 and int((value == element).sum()) > 1:
+        # A duplicate destination breaks a precondition: checked mode rejects it, and in the
+        # default mode which write wins is unspecified (docs/reliability.md). Run it (no crash,
+        # no error), but there is no one answer to compare.
+        kind, got, _ = _run(getattr(backend, op), call, _to(args, backend.device), backend.device)
+        if kind == "error":
+            raise SweepFailure(f"{label}: {backend.name} raised {type(got).__name__}: {got}")
+        return "unspecified (duplicate destination)"
+    return outcome(backend, dataclasses.replace(call, args=args), label)
+
+
+# Arguments whose entries must be distinct destinations (a precondition, not a value rule).
+DISTINCT_DESTINATIONS = {("scatter_mamba_state", "dst_slots"), ("move_kv", "dst")}
 
 
 def huge_sizes() -> list[tuple[str, Call]]:

@@ -23,6 +23,7 @@ LAYERS = 2
 
 
 MUTATED = ("k_cache", "v_cache", "ssm_state", "conv_state")
+CHAIN_TOP_K = 3  # top-k of the chain verification from logits
 
 
 def step_inputs(bs: int, *, vocab: int = 16, hidden: int = 8, seed: int = 0, device="cpu") -> dict:
@@ -55,15 +56,21 @@ def step_inputs(bs: int, *, vocab: int = 16, hidden: int = 8, seed: int = 0, dev
         "ssm_intermediate": torch.randn(LAYERS, bs, NODES, 6, 10, generator=gen),
         "conv_state": torch.randn(LAYERS, bs + 2, 9, generator=gen),
         "conv_intermediate": torch.randn(LAYERS, bs, NODES, 9, generator=gen),
+        # per-request sampling parameters (request 0 greedy) and the counter-based RNG's key
+        "temperature": torch.cat([torch.zeros(1), torch.rand(bs - 1, generator=gen) + 0.5]),
+        "seed": torch.randint(0, 2**62, (bs,), generator=gen),
+        "offset": torch.randint(0, 1000, (bs,), generator=gen),
     }
     return {name: value.to(device) for name, value in inputs.items()}
 
 
 def speculative_step(logits, draft_table, target_table, target_probs_table, hidden_table, hidden, roots, seq_lens,
                      coins, final_coins, kv_node_slots, k_cache, v_cache, req_to_token, req_pool_indices,
-                     mamba_slots, ssm_state, ssm_intermediate, conv_state, conv_intermediate):
-    """Draft (two EAGLE levels), build the tree, verify greedily and by sampling, take the bonus,
-    compact, move the accepted KV, assign the next draft's slots and commit the Mamba state.
+                     mamba_slots, ssm_state, ssm_intermediate, conv_state, conv_intermediate, temperature, seed, offset):
+    """Draft (two EAGLE levels), build the tree, verify greedily and by sampling (from
+    probabilities and coins, and from raw logits with per-request temperature and seeded coins, a
+    tree and a chain), take the bonus, compact, move the accepted KV, assign the next draft's
+    slots and commit the Mamba state.
     Returns the step's tensors; the KV caches and Mamba pools are updated in place."""
     bs = logits.shape[0]
     probs, ids = spec_hal.draft_topk(logits, TOPK)
@@ -75,6 +82,12 @@ def speculative_step(logits, draft_table, target_table, target_probs_table, hidd
     candidates = tree.tokens.view(bs, NODES)
     verdict = spec_hal.verify_greedy(tree, candidates, target_table[tree.tokens])
     sampled = spec_hal.verify_sampling(tree, candidates, target_probs_table[tree.tokens], coins, final_coins)
+    from_logits = spec_hal.verify_sampling_from_logits(tree, candidates, target_table[tree.tokens], temperature=temperature, top_p=0.9,
+                                                       seed=seed, offset=offset, logprobs="processed", top_logprobs=2)
+    chain_rows = torch.cat([roots[:, None], ids], dim=1).reshape(-1)
+    chain = spec_hal.verify_chain_sampling_from_logits(ids, None, target_table[chain_rows], temperature=temperature,
+                                                       top_k=CHAIN_TOP_K, seed=seed, offset=offset, logprobs="raw")
+    processed = spec_hal.process_logits(logits, temperature=0.8, min_p=0.05)
     bonus = spec_hal.bonus_tokens(verdict)
     compacted = spec_hal.compact_accepted(hidden_table[tree.tokens], verdict)
     src, dst = spec_hal.accepted_kv_moves(verdict, kv_node_slots)
@@ -86,7 +99,8 @@ def speculative_step(logits, draft_table, target_table, target_probs_table, hidd
                                          conv_intermediate=conv_intermediate)
     return (probs, ids, level1.scores, level1.hidden, tree.positions, tree.mask, tree.retrieve_next_token, verdict.predict,
             verdict.accept_index, verdict.accept_lens, sampled.predict, sampled.accept_index, bonus, compacted, src, dst,
-            *slots, commit.last_step, commit.bytes_moved)
+            *slots, commit.last_step, commit.bytes_moved, from_logits.verdict.accept_index, from_logits.logprobs,
+            from_logits.top_ids, from_logits.top_logprobs, chain.verdict.predict, chain.logprobs, processed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,6 +136,8 @@ def _to(value, device):
     """``value`` with every tensor inside (lists, tuples, dicts, dataclasses) moved to ``device``."""
     if isinstance(value, torch.Tensor):
         return value.to(device)
+    if isinstance(value, torch.Generator):
+        return torch.Generator(device=device).manual_seed(value.initial_seed())
     if isinstance(value, dict):
         return {key: _to(item, device) for key, item in value.items()}
     if dataclasses.is_dataclass(value):
@@ -208,4 +224,37 @@ def _cpu_examples() -> list[tuple[str, str, tuple, dict]]:
         ("scatter_mamba_state", "scatter_mamba_state", (),
          dict(dst=x["ssm_state"], src=x["ssm_intermediate"], dst_slots=x["mamba_slots"], src_steps=torch.tensor([0, 2, 1]))),
         ("commit_mamba_state", "commit_mamba_state", (), dict(verdict=verdict, seq_lens=seq_lens, **state)),
+        *_sampling_examples(p, gen),
+    ]
+
+
+def _sampling_examples(p: dict, gen: torch.Generator) -> list[tuple[str, str, tuple, dict]]:
+    """The from-logits family: numbers and per-request tensors, every source of randomness
+    (the ``-generator`` cases take a torch.Generator: eager only, see docs/torch-compile.md),
+    logprobs modes, top logprobs, out=."""
+    x, tree, candidates = p["x"], p["tree"], p["candidates"]
+    bs, vocab = x["logits"].shape
+    target_logits = x["target_table"][tree.tokens]
+    key = dict(seed=x["seed"], offset=x["offset"])
+    per_request = dict(temperature=x["temperature"], top_k=torch.tensor([0, 3, 5]), top_p=torch.tensor([1.0, 0.8, 0.95]),
+                       min_p=torch.tensor([0.0, 0.1, 0.0]))
+    chain = p["ids"]
+    chain_logits = x["target_table"][torch.cat([x["roots"][:, None], chain], dim=1).reshape(-1)]
+    chain_q = torch.softmax(torch.randn(bs * TOPK, vocab, generator=gen), dim=1)
+    coins = dict(coins=torch.rand(bs, NODES, generator=gen), final_coins=torch.rand(bs, generator=gen))
+    return [
+        ("process_logits", "process_logits", (x["logits"],), dict(temperature=0.7, top_k=4, top_p=0.9)),
+        ("process_logits-per_request", "process_logits", (x["logits"],), per_request),
+        ("process_logits-out", "process_logits", (x["logits"],), dict(temperature=1, min_p=0.1, out=torch.empty(bs, vocab))),
+        ("verify_sampling_from_logits", "verify_sampling_from_logits", (tree, candidates, target_logits),
+         dict(**per_request, **key, logprobs="processed", top_logprobs=2)),
+        ("verify_sampling_from_logits-greedy", "verify_sampling_from_logits", (tree, candidates, target_logits), dict(temperature=0)),
+        ("verify_sampling_from_logits-coins-out", "verify_sampling_from_logits", (tree, candidates, target_logits),
+         dict(temperature=0.9, top_k=3, **coins, logprobs="raw", out=_empty_verdict(bs, NODES, 3))),
+        ("verify_sampling_from_logits-generator", "verify_sampling_from_logits", (tree, candidates, target_logits),
+         dict(temperature=1.0, generator=torch.Generator().manual_seed(7))),
+        ("verify_chain_sampling_from_logits", "verify_chain_sampling_from_logits", (chain, None, chain_logits),
+         dict(**per_request, **key, logprobs="raw", top_logprobs=3)),
+        ("verify_chain_sampling_from_logits-q-out", "verify_chain_sampling_from_logits", (chain, chain_q, chain_logits),
+         dict(temperature=0.6, **key, out=_empty_verdict(bs, TOPK + 1, TOPK + 1))),
     ]

@@ -92,8 +92,9 @@ def test_process_logits_bit_identical(backend, dtype, rows, vocab):
     expected = reference.process_logits(logits, **params)
     device = backend.device
     guard = guarded_output((rows, vocab), torch.float32, device)
-    with no_host_sync(device):
-        got = backend.process_logits(embedded_input(logits, device, margin_value=100.0), **_params_to(params, device), out=guard.tensor)
+    logits_on_device, params_on_device = embedded_input(logits, device, margin_value=100.0), _params_to(params, device)
+    with no_host_sync(device):  # inputs are moved first: a host-to-device copy is a sync
+        got = backend.process_logits(logits_on_device, **params_on_device, out=guard.tensor)
     guard.assert_intact("out")
     assert got.data_ptr() == guard.tensor.data_ptr()
     assert torch.equal(_bits(got), _bits(expected)), f"probabilities differ from the reference: max diff {(got.cpu() - expected).abs().max()}"
@@ -164,9 +165,10 @@ def test_verify_sampling_from_logits_bit_identical(backend, steps, nodes, bs, ra
         source = {"coins": torch.rand(bs, nodes, generator=generator), "final_coins": torch.rand(bs, generator=generator)}
     expected = reference.verify_sampling_from_logits(tree, candidates, logits, **params, **source, logprobs=logprobs, top_logprobs=3)
     device = backend.device
+    inputs = (tree_to(tree, device), candidates.to(device), embedded_input(logits, device, margin_value=50.0))
+    kwargs = {**_params_to(params, device), **_params_to(source, device)}
     with no_host_sync(device):
-        got = backend.verify_sampling_from_logits(tree_to(tree, device), candidates.to(device), embedded_input(logits, device, margin_value=50.0),
-                                                  **_params_to(params, device), **_params_to(source, device), logprobs=logprobs, top_logprobs=3)
+        got = backend.verify_sampling_from_logits(*inputs, **kwargs, logprobs=logprobs, top_logprobs=3)
     _assert_same_verdict(got.verdict, expected.verdict)
     _assert_logprobs_close(got.logprobs, expected.logprobs)
     assert torch.equal(got.top_ids.cpu(), expected.top_ids), "top_logprobs ids differ from the reference"
@@ -220,9 +222,9 @@ def test_verify_chain_sampling_from_logits(backend, draft, steps, bs):
     expected = reference.verify_chain_sampling_from_logits(draft_ids, q, logits, **params, seed=seed, offset=offset, logprobs="processed")
     device = backend.device
     dev = lambda t: None if t is None else t.to(device)  # noqa: E731
+    inputs, kwargs = (dev(draft_ids), dev(q), dev(logits)), {**_params_to(params, device), "seed": dev(seed), "offset": dev(offset)}
     with no_host_sync(device):
-        got = backend.verify_chain_sampling_from_logits(dev(draft_ids), dev(q), dev(logits), **_params_to(params, device), seed=dev(seed),
-                                                        offset=dev(offset), logprobs="processed")
+        got = backend.verify_chain_sampling_from_logits(*inputs, **kwargs, logprobs="processed")
     _assert_same_verdict(got.verdict, expected.verdict)
     _assert_logprobs_close(got.logprobs, expected.logprobs)
     coins, final = reference.draw_coins(bs, steps, "cpu", seed=seed, offset=offset, generator=None, coins=None, final_coins=None)
@@ -270,10 +272,10 @@ def test_tree_from_logits_is_lossless(backend, config):
     temperature[1::2] = 0.0
     call = {**params, "temperature": temperature}
     device = backend.device
+    inputs = (tree_to(tree, device), candidates.to(device), logits.to(device))
+    kwargs = {**_params_to(call, device), "seed": torch.arange(DRAWS, device=device), "offset": torch.full((DRAWS,), 7, device=device)}
     with no_host_sync(device):
-        verdict = backend.verify_sampling_from_logits(tree_to(tree, device), candidates.to(device), logits.to(device),
-                                                      **_params_to(call, device), seed=torch.arange(DRAWS, device=device),
-                                                      offset=torch.full((DRAWS,), 7, device=device)).verdict
+        verdict = backend.verify_sampling_from_logits(*inputs, **kwargs).verdict
     predict = verdict.predict.cpu().view(DRAWS, 6).long()
     sampled = torch.arange(DRAWS) % 2 == 0
     expected_root = reference.process_logits(STAT_LOGITS[None], **params)[0]
@@ -298,10 +300,10 @@ def test_chain_from_logits_is_lossless(backend, draft, config):
     q = q_row[None, None].expand(DRAWS, 1, 8).contiguous() if draft == "probs" else None
     logits = torch.stack([STAT_LOGITS, STAT_LOGITS.flip(0)])[None].expand(DRAWS, 2, 8).contiguous()
     device = backend.device
+    inputs = (draft_ids.to(device), None if q is None else q.to(device), logits.to(device))
+    kwargs = {**params, "seed": torch.arange(DRAWS, device=device), "offset": torch.zeros(DRAWS, dtype=torch.int64, device=device)}
     with no_host_sync(device):
-        verdict = backend.verify_chain_sampling_from_logits(draft_ids.to(device), None if q is None else q.to(device), logits.to(device),
-                                                            **params, seed=torch.arange(DRAWS, device=device),
-                                                            offset=torch.zeros(DRAWS, dtype=torch.int64, device=device)).verdict
+        verdict = backend.verify_chain_sampling_from_logits(*inputs, **kwargs).verdict
     first = verdict.predict.cpu().view(DRAWS, 2)[:, 0].long()
     assert _chi_square(first, reference.process_logits(STAT_LOGITS[None], **params)[0]) < CHI_SQUARE_LIMIT
 

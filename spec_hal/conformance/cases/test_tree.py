@@ -452,7 +452,7 @@ def _invalid_calls(device):
     return [
         ("roots", lambda b: build(b, roots=roots.float())),
         ("parents", lambda b: build(b, parents=torch.zeros(2, 8, **i64))),
-        ("parents", lambda b: build(b, parents=parents.int())),
+        ("parents", lambda b: build(b, parents=parents.float())),
         ("selected", lambda b: build(b, selected=torch.zeros(2, 40, **i64), drafts=torch.zeros(2, 40, **i64))),
         ("draft_tokens", lambda b: build(b, drafts=torch.zeros(2, 6, **i64))),
         ("seq_lens", lambda b: build(b, seq_lens=torch.zeros(3, **i64))),
