@@ -19,12 +19,14 @@ import os
 from typing import Optional
 
 KERNEL_MODULES = (
+    "spec_hal.kernels.masks",
     "spec_hal.kernels.topk",
     "spec_hal.kernels.mamba",
     "spec_hal.kernels.verify",
     "spec_hal.kernels.compaction",
     "spec_hal.kernels.kv",
     "spec_hal.kernels.tree",
+    "spec_hal.kernels.ragged",
     "spec_hal.kernels.sampling",
 )
 

@@ -26,10 +26,14 @@ import triton.language as tl
 from spec_hal.topk import MAX_TOPK
 
 from .launch import KernelTarget, runtime_specialized
+from .masks import mask_row_base, token_allowed
 
 # Rank key below every real one (masked lanes, empty slots); the lowest real key, -inf with id
 # 2**31 - 1, is about -9.19e18.
 EMPTY_KEY = tl.constexpr(-9223372036854775807)
+# Keys of masked tokens (token_bitmask): -2^63 + (2^31 - 1 - id), below every real key (the lowest
+# is about -9.19e18) and above EMPTY_KEY, ordered by id ascending, and decoded by _key_id.
+MASKED_KEY_TOP = tl.constexpr(-9223372036854775807 + 2147483646)
 
 
 @triton.jit
@@ -61,6 +65,11 @@ def _key_id(key):
 
 
 @triton.jit
+def _masked_keys(ids):
+    return MASKED_KEY_TOP - ids.to(tl.int64)
+
+
+@triton.jit
 def _tile_topk_kernel(
     logits_ptr,
     stride_row,
@@ -70,8 +79,16 @@ def _tile_topk_kernel(
     tile_sum_ptr,
     cand_key_ptr,
     num_tiles,
+    mask_ptr,
+    index_ptr,
+    map_ptr,
+    num_masks,
+    mask_width,
     K: tl.constexpr,
     BLOCK: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    HAS_INDEX: tl.constexpr,
+    HAS_MAP: tl.constexpr,
 ):
     row = tl.program_id(0)
     tile = tl.program_id(1)
@@ -82,6 +99,14 @@ def _tile_topk_kernel(
     values = tl.where(values != values, float("-inf"), values)  # NaN ranks as -inf
     values = tl.minimum(values, 3.4028234663852886e38)  # +inf ranks as FLT_MAX
     values = tl.where(in_vocab, values, float("-inf"))
+    if HAS_MASK:
+        base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
+        if HAS_MAP:  # the mask is in the target vocabulary
+            tokens = tl.load(map_ptr + cols, mask=in_vocab, other=-1)
+        else:
+            tokens = cols
+        allowed = token_allowed(mask_ptr, base, constrained, tokens, in_vocab, mask_width)
+        values = tl.where(allowed, values, float("-inf"))
 
     tile_max = tl.max(values, axis=0)
     safe_max = tl.where(tile_max == float("-inf"), 0.0, tile_max)
@@ -94,6 +119,8 @@ def _tile_topk_kernel(
     # Pass j keeps the best key strictly below pass j-1's: no element is selected twice, and a
     # tile with fewer than K valid lanes fills its tail with EMPTY_KEY.
     keys = tl.where(in_vocab, _rank_keys(values, cols), EMPTY_KEY)
+    if HAS_MASK:
+        keys = tl.where(in_vocab & (allowed == 0), _masked_keys(cols), keys)
     for j in tl.static_range(K):
         best = tl.max(keys, axis=0)
         tl.store(cand_key_ptr + slot * K + j, best)
@@ -134,7 +161,7 @@ def _merge_tiles_kernel(
         head_keys = tl.load(cand_key_ptr + (base + tiles) * K + head, mask=tile_ok & (head < K), other=EMPTY_KEY)
         best = tl.max(head_keys, axis=0)
         head += (head_keys == best).to(tl.int32)
-        prob = tl.where(row_finite, tl.exp(_key_value(best) - safe_row_max) / normaliser, 0.0)
+        prob = tl.where(row_finite & (best > MASKED_KEY_TOP), tl.exp(_key_value(best) - safe_row_max) / normaliser, 0.0)
         out_id = _key_id(best).to(tl.int64)
         if HAS_TOKEN_MAP:
             out_id = tl.load(token_map_ptr + out_id).to(tl.int64)
@@ -147,6 +174,9 @@ class TopkLaunch:
     block: int
     tile_warps: int
     merge_warps: int
+
+
+MASKED_BLOCK = 2048  # widest tile of a masked launch
 
 
 def _padded(count: int) -> int:
@@ -174,6 +204,8 @@ def draft_topk(
     k: int,
     *,
     token_map: Optional[torch.Tensor] = None,
+    token_bitmask: Optional[torch.Tensor] = None,
+    bitmask_index: Optional[torch.Tensor] = None,
     out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
     target: KernelTarget,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,6 +217,8 @@ def draft_topk(
     if rows == 0:
         return out[0], out[1]
     config = launch_config(target, rows, vocab)
+    if token_bitmask is not None:  # the mask (and map) loads spill at 16 elements per thread (sm_90)
+        config = TopkLaunch(block=min(config.block, MASKED_BLOCK), tile_warps=config.tile_warps, merge_warps=config.merge_warps)
     num_tiles = triton.cdiv(vocab, config.block)
     if token_map is not None:
         token_map = token_map.contiguous()  # indexed with unit stride (a no-op for the usual map)
@@ -192,10 +226,15 @@ def draft_topk(
     tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
     tile_sum = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
     cand_keys = torch.empty((rows, num_tiles, k), dtype=torch.int64, device=device)
+    has_mask = token_bitmask is not None
+    mask = token_bitmask.contiguous() if has_mask else tile_max  # placeholders, never read
     _tile_topk_kernel[(rows, num_tiles)](
         logits, logits.stride(0), logits.stride(1), vocab,
         tile_max, tile_sum, cand_keys, num_tiles,
-        K=k, BLOCK=config.block, num_warps=config.tile_warps,
+        mask, bitmask_index if bitmask_index is not None else mask, token_map if has_mask and token_map is not None else mask,
+        mask.shape[0] if has_mask else 0, mask.shape[1] if has_mask else 0,
+        K=k, BLOCK=config.block, HAS_MASK=has_mask, HAS_INDEX=bitmask_index is not None,
+        HAS_MAP=has_mask and token_map is not None, num_warps=config.tile_warps,
     )
     _merge_tiles_kernel[(rows,)](
         tile_max, tile_sum, cand_keys,
@@ -212,6 +251,26 @@ PROVIDERS = {"draft_topk": (draft_topk, "kernels/topk.py: tile top-k + merge, 2 
 _LOGIT_TYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 
 
+# (HAS_MASK, HAS_INDEX, HAS_MAP, index pointer type, map pointer type) of the tile kernel's launches.
+_MASKINGS = ((False, False, False, "*fp32", "*fp32"), (True, False, False, "*i32", "*i32"), (True, True, False, "*i32", "*i32"),
+             (True, True, True, "*i64", "*i64"), (True, True, True, "*i32", "*i32"))
+
+
+def _tile_signature(logit_type: str, k: int, block: int, vocab: int, has_mask, has_index, has_map, index_type, map_type):
+    """(signature, constexprs, runtime int values) of one ``_tile_topk_kernel`` launch."""
+    mask_type = "*i32" if has_mask else "*fp32"
+    signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
+                 "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64", "num_tiles": "i32",
+                 "mask_ptr": mask_type, "index_ptr": index_type if has_index else mask_type, "map_ptr": map_type if has_map else mask_type,
+                 "num_masks": "i32", "mask_width": "i32", "K": "constexpr", "BLOCK": "constexpr", "HAS_MASK": "constexpr",
+                 "HAS_INDEX": "constexpr", "HAS_MAP": "constexpr"}
+    constexprs = {"K": k, "BLOCK": block, "HAS_MASK": has_mask, "HAS_INDEX": has_index, "HAS_MAP": has_map}
+    width = triton.cdiv(vocab, 32) if has_mask else 0
+    values = {"stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_tiles": triton.cdiv(vocab, block),
+              "num_masks": 64 if has_mask else 0, "mask_width": width}
+    return signature, constexprs, values
+
+
 def compile_specs(target: KernelTarget):
     """Every distinct (kernel, signature, constexprs, num_warps[, attrs]) the host function launches
     on ``target``: each launch config, each logits dtype, and the smallest and largest k (k only
@@ -221,28 +280,29 @@ def compile_specs(target: KernelTarget):
     specs = {}
     for rows, vocab in ((1, 151936), (256, 151936), (1, 127)):
         config = launch_config(target, rows, vocab)
-        tiles = _padded(triton.cdiv(vocab, config.block))
         for k in (1, MAX_TOPK):
             for logit_type in _LOGIT_TYPES:
-                signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
-                             "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
-                             "num_tiles": "i32", "K": "constexpr", "BLOCK": "constexpr"}
-                constexprs = {"K": k, "BLOCK": config.block}
-                specs[("tile", logit_type, k, config.block, config.tile_warps)] = (_tile_topk_kernel, signature, constexprs, config.tile_warps)
-                specs[("tile", logit_type, k, config.block, config.tile_warps, vocab)] = runtime_specialized(
-                    target, _tile_topk_kernel, signature, constexprs, config.tile_warps,
-                    values={"stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_tiles": triton.cdiv(vocab, config.block)})
-            # Without a token map the placeholder pointer is tile_max (fp32).
-            for map_type, has_map in (("i32", True), ("i64", True), ("fp32", False)):
-                signature = {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
-                             "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
-                             "ids_ptr": "*i64", "num_tiles": "i32", "K": "constexpr", "TILES": "constexpr",
-                             "HAS_TOKEN_MAP": "constexpr"}
-                constexprs = {"K": k, "TILES": tiles, "HAS_TOKEN_MAP": has_map}
-                specs[("merge", map_type, k, tiles, config.merge_warps)] = (_merge_tiles_kernel, signature, constexprs, config.merge_warps)
-                specs[("merge", map_type, k, tiles, config.merge_warps, vocab)] = runtime_specialized(
-                    target, _merge_tiles_kernel, signature, constexprs, config.merge_warps,
-                    values={"num_tiles": triton.cdiv(vocab, config.block)})
+                for masking in _MASKINGS:
+                    block = min(config.block, MASKED_BLOCK) if masking[0] else config.block
+                    signature, constexprs, values = _tile_signature(logit_type, k, block, vocab, *masking)
+                    key = ("tile", logit_type, k, block, config.tile_warps, masking)
+                    specs[key] = (_tile_topk_kernel, signature, constexprs, config.tile_warps)
+                    specs[key + (vocab,)] = runtime_specialized(target, _tile_topk_kernel, signature, constexprs, config.tile_warps,
+                                                                values=values)
+            # Without a token map the placeholder pointer is tile_max (fp32). A masked launch
+            # has narrower tiles (MASKED_BLOCK), so more of them to merge.
+            for block in sorted({config.block, min(config.block, MASKED_BLOCK)}):
+                tiles = _padded(triton.cdiv(vocab, block))
+                for map_type, has_map in (("i32", True), ("i64", True), ("fp32", False)):
+                    signature = {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
+                                 "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
+                                 "ids_ptr": "*i64", "num_tiles": "i32", "K": "constexpr", "TILES": "constexpr",
+                                 "HAS_TOKEN_MAP": "constexpr"}
+                    constexprs = {"K": k, "TILES": tiles, "HAS_TOKEN_MAP": has_map}
+                    specs[("merge", map_type, k, tiles, config.merge_warps)] = (_merge_tiles_kernel, signature, constexprs, config.merge_warps)
+                    specs[("merge", map_type, k, tiles, config.merge_warps, vocab)] = runtime_specialized(
+                        target, _merge_tiles_kernel, signature, constexprs, config.merge_warps,
+                        values={"num_tiles": triton.cdiv(vocab, block)})
     return list(specs.values())
 
 

@@ -52,6 +52,7 @@ def _build_tree_kernel(
     seq_lens_ptr, seq_lens_stride,
     block_starts_ptr, mask_numel, flag_ptr, flag_code,
     tokens_ptr, positions_ptr, retrieve_index_ptr, next_token_ptr, next_sibling_ptr, mask_ptr,
+    node_parents_ptr, node_depth_ptr,
     parent_columns, topk, num_steps,
     N: tl.constexpr,
     N_PAD: tl.constexpr,
@@ -104,6 +105,8 @@ def _build_tree_kernel(
     tl.store(tokens_ptr + out, tl.where(node == 0, root, draft), mask=is_node)
     tl.store(positions_ptr + out, seq_len + depth, mask=is_node)
     tl.store(retrieve_index_ptr + out, out, mask=is_node)
+    tl.store(node_parents_ptr + out, tl.where(reachable & is_draft, parent, -1).to(tl.int64), mask=is_node)
+    tl.store(node_depth_ptr + out, tl.where(reachable, depth, -1).to(tl.int64), mask=is_node)
     tl.store(next_token_ptr + out, tl.where(first_child < N_PAD, first_child, -1).to(tl.int64), mask=is_node)
     tl.store(next_sibling_ptr + out, tl.where(next_sibling < N_PAD, next_sibling, -1).to(tl.int64), mask=is_node)
     in_tree = (row < N) & (col < N)
@@ -171,9 +174,9 @@ def build_tree(
     device = selected.device
     tokens = torch.empty(bs * num_nodes, dtype=torch.int64, device=device)
     positions = torch.empty(bs * num_nodes, dtype=torch.int64, device=device)
-    links = torch.empty((3, bs, num_nodes), dtype=torch.int64, device=device)  # index, next token, next sibling
+    links = torch.empty((5, bs, num_nodes), dtype=torch.int64, device=device)  # index, next token, next sibling, parent, depth
     mask = _mask_buffer(mask_mode, bs, num_nodes, seq_lens, seq_lens_sum)
-    tree = DraftTree(tokens, positions, links[0], links[1], links[2], mask, mask_mode, num_steps)
+    tree = DraftTree(tokens, positions, links[0], links[1], links[2], mask, mask_mode, num_steps, parents=links[3], depth=links[4])
     if bs == 0:
         return tree
     block_starts = full_mask_block_starts(seq_lens, num_nodes) if mask_mode == "full" else positions
@@ -186,7 +189,7 @@ def build_tree(
         draft_tokens, draft_tokens.stride(0), seq_lens, seq_lens.stride(0), block_starts, mask.numel(),
         error_flag.flag(device), error_flag.code("build_tree", "seq_lens"),
         tokens, positions, links[0], links[1], links[2], mask.view(torch.uint8) if mask.dtype == torch.bool else mask,
-        parents.shape[1], topk, num_steps,
+        links[3], links[4], parents.shape[1], topk, num_steps,
         N=num_nodes, N_PAD=config.padded_nodes, MASK_MODE=_MASK_CODES[mask_mode], num_warps=config.num_warps,
     )
     return tree
@@ -216,7 +219,7 @@ def compile_specs(target: KernelTarget):
                     "block_starts_ptr": "*i64", "mask_numel": "i64",
                     "flag_ptr": "*i64", "flag_code": "i64", "tokens_ptr": "*i64", "positions_ptr": "*i64", "retrieve_index_ptr": "*i64",
                     "next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "mask_ptr": mask_pointer,
-                    "parent_columns": "i32", "topk": "i32", "num_steps": "i32",
+                    "node_parents_ptr": "*i64", "node_depth_ptr": "*i64", "parent_columns": "i32", "topk": "i32", "num_steps": "i32",
                     "N": "constexpr", "N_PAD": "constexpr", "MASK_MODE": "constexpr",
                 }
                 constexprs = {"N": num_nodes, "N_PAD": config.padded_nodes, "MASK_MODE": _MASK_CODES[mask_mode]}

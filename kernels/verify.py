@@ -17,6 +17,12 @@
   writes the Verdict. Quantised int64 sums are exact, so the result is bit-identical to the
   reference whatever the split; bs = 1 uses as many programs as the row has tiles.
 
+Vocabulary masks (``token_bitmask``/``bitmask_index``, ``HAS_MASK``; helpers in kernels/masks.py):
+the tile argmax ranks masked ids below every allowed one (a row allowing nothing gives id 0); the
+walks accept a child only if its token is allowed at the parent's row (a masked candidate counts
+with p = 0); the block sums and the crossing block's second read both zero the masked ids, so the
+split final sampling stays bit-identical to the reference.
+
 ``BLOCK_R`` requests share a program: 1 on a GPU (one program per request and chunk); under the
 interpreter many, so that a batch of 10^5 requests (the statistical test) is a few vectorised
 programs.
@@ -34,6 +40,7 @@ from spec_hal.types import DraftTree, Verdict
 import spec_hal.verify as semantics
 
 from .launch import KernelTarget, runtime_specialized
+from .masks import mask_row_base, token_allowed
 
 # Globals read inside kernels must be constexpr.
 NO_ID = tl.constexpr(2**31 - 1)
@@ -82,7 +89,7 @@ def _merge_argmax(tile_max_ptr, tile_id_ptr, rows, rows_ok, num_tiles, TILES_PAD
     tile_id = tl.load(tile_id_ptr + offsets, mask=ok, other=NO_ID)
     row_max = tl.max(tile_max, axis=2)
     best = tl.min(tl.where(ok & (tile_max == row_max[:, :, None]), tile_id, NO_ID), axis=2)
-    return best.to(tl.int64)
+    return tl.where(best == NO_ID, 0, best).to(tl.int64)  # NO_ID: a mask allowed nothing
 
 
 
@@ -95,24 +102,30 @@ def _row_argmax(tile_max_ptr, tile_id_ptr, rows, rows_ok, num_tiles, TILES_PAD: 
     tile_max = tl.load(tile_max_ptr + offsets, mask=ok, other=float("-inf"))
     tile_id = tl.load(tile_id_ptr + offsets, mask=ok, other=NO_ID)
     row_max = tl.max(tile_max, axis=1)
-    return tl.min(tl.where(ok & (tile_max == row_max[:, None]), tile_id, NO_ID), axis=1).to(tl.int64)
+    best = tl.min(tl.where(ok & (tile_max == row_max[:, None]), tile_id, NO_ID), axis=1)
+    return tl.where(best == NO_ID, 0, best).to(tl.int64)  # NO_ID: a mask allowed nothing
 
 
 @triton.jit
 def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, rejected_q,
-                sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile,
-                BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr):
+                sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, mask_base, constrained, mask_width,
+                BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr,
+                HAS_MASK: tl.constexpr):
     """For tiles [first_tile, end_tile) of each request's row, store the sum of every SUB-wide
     block of the quantised target row at sums_ptr[sums_base + k] and of the quantised residual at
     sums_ptr[sums_base + sums_width + k] (k: global block index). The residual is max(0, p - q)
     (HAS_Q; q read where use_q) or p without the ``rejected`` tokens (R, L; -1 none; their
-    quantised p in rejected_q) (HAS_REJECTED), else p."""
+    quantised p in rejected_q) (HAS_REJECTED), else p. HAS_MASK: p is 0 at the ids the row's mask
+    (``mask_base``, ``constrained``: ``masks.mask_row_base``) does not allow."""
     SUBS: tl.constexpr = TILE_V // SUB
     subs = tl.arange(0, SUBS)
     for t in range(first_tile, end_tile):
         cols = t * TILE_V + tl.arange(0, TILE_V)
         ok = req_ok[:, None] & (cols[None, :] < vocab)
-        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=ok, other=0.0))
+        p_ok = ok
+        if HAS_MASK:  # a masked id reads as p = 0 (folded into the load: fewer live registers)
+            p_ok = ok & token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols[None, :], ok, mask_width)
+        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=p_ok, other=0.0))
         p_sums = tl.sum(tl.reshape(_quantize(p), [BLOCK_R, SUBS, SUB]), axis=2)
         block = t * SUBS + subs
         if HAS_Q:
@@ -146,11 +159,12 @@ def _finishing(counter_ptr, req, req_ok, SPLIT: tl.constexpr):
 
 @triton.jit
 def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, coin,
-                      sums_ptr, sums_base, sums_width, vocab,
+                      sums_ptr, sums_base, sums_width, vocab, mask_ptr, mask_base, constrained, mask_width,
                       SUB: tl.constexpr, NB_PAD: tl.constexpr, PIECE: tl.constexpr, HAS_Q: tl.constexpr,
-                      HAS_REJECTED: tl.constexpr):
+                      HAS_REJECTED: tl.constexpr, HAS_MASK: tl.constexpr):
     """The final token of each request (R,) int64 from its block sums (``_block_sums``):
-    inverse-CDF of the quantised residual, else of the target row, else 0."""
+    inverse-CDF of the quantised residual, else of the target row, else 0. The crossing block is
+    read again with the same mask as the sums (HAS_MASK), so its running sum matches them."""
     blocks = tl.arange(0, NB_PAD)
     in_sums = req_ok[:, None] & (blocks[None, :] < sums_width)
     at = sums_base[:, None] + blocks[None, :]
@@ -172,7 +186,10 @@ def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, us
     for piece in tl.static_range(SUB // PIECE):
         cols = crossing[:, None] * SUB + piece * PIECE + tl.arange(0, PIECE)[None, :]
         ok = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
-        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols.to(tl.int64) * stride_pv, mask=ok, other=0.0))
+        p_ok = ok
+        if HAS_MASK:
+            p_ok = ok & token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols, ok, mask_width)
+        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols.to(tl.int64) * stride_pv, mask=p_ok, other=0.0))
         values = _quantize(p)
         if HAS_Q:
             q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols.to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0))
@@ -192,7 +209,8 @@ def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, us
 
 
 @triton.jit
-def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr, tile_id_ptr, num_tiles, BLOCK: tl.constexpr):
+def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr, tile_id_ptr, num_tiles, mask_ptr, index_ptr, num_masks,
+                        mask_width, BLOCK: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     row = tl.program_id(0)
     tile = tl.program_id(1)
     cols = tile * BLOCK + tl.arange(0, BLOCK)
@@ -201,6 +219,10 @@ def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr,
     values = tl.where(values != values, float("-inf"), values)  # NaN ranks as -inf
     values = tl.minimum(values, FLT_MAX)  # +inf ranks as FLT_MAX (ties with it: lower id)
     values = tl.where(in_vocab, values, float("-inf"))
+    if HAS_MASK:  # masked tokens rank below every allowed one: a tile allowing nothing has id NO_ID
+        base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
+        in_vocab = in_vocab & token_allowed(mask_ptr, base, constrained, cols, in_vocab, mask_width)
+        values = tl.where(in_vocab, values, float("-inf"))
     tile_max = tl.max(values, axis=0)
     tile_id = tl.min(tl.where(in_vocab & (values == tile_max), cols, NO_ID), axis=0)
     slot = row.to(tl.int64) * num_tiles + tile
@@ -225,7 +247,9 @@ def _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, pr
 @triton.jit
 def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles,
                         predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps,
-                        BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr):
+                        mask_ptr, index_ptr, num_masks, mask_width,
+                        BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
+                        HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)
@@ -249,12 +273,17 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
         cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
         scanned = tl.zeros([BLOCK_R], dtype=tl.int32)
+        # A child must also be allowed at this node's row (the rule for a row allowing nothing:
+        # the target's token is id 0, which then matches no child unless 0 is allowed).
+        mask_base, constrained = mask_row_base(index_ptr, node, descend & HAS_MASK, num_masks, mask_width, HAS_INDEX)
         while tl.max(cur, axis=0) >= 0:  # follow the child list to the first match (at most N nodes)
             scanning = cur >= 0
             at = block_base + cur
             token = tl.load(cand_ptr + at, mask=scanning, other=-1).to(tl.int64)
             sibling = tl.load(next_sibling_ptr + at, mask=scanning, other=-1).to(tl.int64)
             hit = scanning & (token == wanted)
+            if HAS_MASK:
+                hit = hit & token_allowed(mask_ptr, mask_base, constrained, token, scanning, mask_width)
             chosen = tl.where(hit, cur, chosen)
             scanned += 1
             cur = tl.where(scanning & (hit == 0) & (scanned < nodes), _link(sibling, nodes).to(tl.int32), -1)
@@ -273,9 +302,9 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
 def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr, stride_pb, stride_pn, stride_pv,
                           coins_ptr, final_coins_ptr, threshold_single, threshold_acc,
                           predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
-                          sums_ptr, sums_width, counter_ptr, tiles_per_chunk,
+                          sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr,
-                          NB_PAD: tl.constexpr, SPLIT: tl.constexpr):
+                          NB_PAD: tl.constexpr, SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)
@@ -305,6 +334,11 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
         # The last node's row at every candidate token: one gathered load per level.
         row_base = request_rows + last.to(tl.int64) * stride_pn
         row_probs = _sanitize_probs(tl.load(probs_ptr + row_base[:, None] + cand * stride_pv, mask=cand_ok & descend[:, None], other=0.0))
+        if HAS_MASK:  # masked candidates count with p = 0 and are never accepted
+            mask_base, constrained = mask_row_base(index_ptr, node, descend, num_masks, mask_width, HAS_INDEX)
+            cand_allowed = token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cand, ok, mask_width)
+            row_probs = tl.where(cand_allowed, row_probs, 0.0)
+            cand_allowed = cand_allowed.to(tl.int32)
         cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
         acc = tl.zeros([BLOCK_R], dtype=tl.float32)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
@@ -317,6 +351,8 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
             p = tl.where(duplicate, 0.0, _pick(row_probs, cur, lanes))
             acc = tl.where(scanning, acc + p, acc)
             hit = scanning & ((coin * threshold_acc < acc) | (p >= threshold_single))
+            if HAS_MASK:
+                hit = hit & (_pick(cand_allowed, cur, lanes) != 0)
             chosen = tl.where(hit, cur, chosen)
             refused = (lanes[None, :] == cur[:, None]) & (scanning & (hit == 0))[:, None]
             rejected = tl.where(refused, 1, rejected)
@@ -337,12 +373,15 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
     sums_base = req.to(tl.int64) * (2 * sums_width)
     first_tile = tl.program_id(1) * tiles_per_chunk
     end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
+    final_base, final_constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
     _block_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens, rejected_q,
-                sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, BLOCK_R, TILE_V, SUB, False, True)
+                sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
+                BLOCK_R, TILE_V, SUB, False, True, HAS_MASK)
     if _finishing(counter_ptr, req, req_ok, SPLIT):
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
         final = _sample_from_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens,
-                                  final_coin, sums_ptr, sums_base, sums_width, vocab, SUB, NB_PAD, PIECE, False, True)
+                                  final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained, mask_width,
+                                  SUB, NB_PAD, PIECE, False, True, HAS_MASK)
         next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
         predict = tl.where(on_path != 0, next_tokens, -1)
         _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
@@ -351,7 +390,9 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
 
 @triton.jit
 def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_correct_ptr, bonus_ptr, bs, width,
-                         BLOCK_R: tl.constexpr, B_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr):
+                         mask_ptr, index_ptr, num_masks, mask_width,
+                         BLOCK_R: tl.constexpr, B_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
+                         HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, B_PAD)
@@ -364,6 +405,9 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
     # Draft j (column j + 1) is compared with the target's token at column j.
     drafts = tl.load(cand_ptr + ids + 1, mask=ok & (lanes[None, :] < width - 1), other=-1).to(tl.int64)
     mismatch = (lanes[None, :] >= width - 1) | (drafts != target)
+    if HAS_MASK:  # draft j + 1 must be allowed at row j
+        base, constrained = mask_row_base(index_ptr, ids, ok, num_masks, mask_width, HAS_INDEX)
+        mismatch = mismatch | (token_allowed(mask_ptr, base, constrained, drafts, ok, mask_width) == 0)
     num_correct = tl.min(tl.where(mismatch, lanes[None, :], B_PAD), axis=1)
     bonus = _pick(target, num_correct, lanes)
     tl.store(num_correct_ptr + req, num_correct.to(tl.int32), mask=req_ok)
@@ -373,9 +417,9 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
 @triton.jit
 def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
                            coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
-                           sums_ptr, sums_width, counter_ptr, tiles_per_chunk,
+                           sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
                            BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, NB_PAD: tl.constexpr,
-                           SPLIT: tl.constexpr):
+                           SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)  # step s (0-based) drafts x_{s+1}; node k of the chain
@@ -385,8 +429,14 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     draft_ok = step_ok & (drafts >= 0) & (drafts < vocab)
     p = _sanitize_probs(tl.load(probs_ptr + req64[:, None] * stride_pb + lanes[None, :].to(tl.int64) * stride_pn + drafts * stride_pv,
                                 mask=draft_ok, other=0.0))
-    q = _sanitize_probs(tl.load(draft_probs_ptr + req64[:, None] * stride_qb + lanes[None, :].to(tl.int64) * stride_qn + drafts * stride_qv,
-                                mask=draft_ok, other=0.0))
+    if HAS_MASK:  # target row s is row b * (S + 1) + s of the mask index
+        base, constrained = mask_row_base(index_ptr, req64[:, None] * (steps + 1) + lanes[None, :], step_ok, num_masks, mask_width, HAS_INDEX)
+        p = tl.where(token_allowed(mask_ptr, base, constrained, drafts, draft_ok, mask_width), p, 0.0)
+    if HAS_DRAFT_PROBS:
+        q = _sanitize_probs(tl.load(draft_probs_ptr + req64[:, None] * stride_qb + lanes[None, :].to(tl.int64) * stride_qn + drafts * stride_qv,
+                                    mask=draft_ok, other=0.0))
+    else:  # a deterministic draft: q is one-hot at the drafted token
+        q = tl.where(draft_ok, 1.0, 0.0)
     coins = _sanitize_coins(tl.load(coins_ptr + req64[:, None] * steps + lanes[None, :], mask=step_ok, other=0.0))
     accepted = step_ok & (coins * q < p)
     num_correct = tl.min(tl.where(accepted, N_PAD, lanes[None, :]), axis=1)
@@ -398,13 +448,25 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     sums_base = req64 * (2 * sums_width)
     first_tile = tl.program_id(1) * tiles_per_chunk
     end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
-    no_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
-    _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, no_tokens, no_tokens,
-                sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, BLOCK_R, TILE_V, SUB, True, False)
+    final_base, final_constrained = mask_row_base(index_ptr, req64 * (steps + 1) + num_correct, req_ok & HAS_MASK, num_masks, mask_width,
+                                                  HAS_INDEX)
+    # Without draft probabilities the crossing block is compared with the rejected draft (PIECE x N_PAD).
+    PIECE: tl.constexpr = SUB if HAS_DRAFT_PROBS or SUB * N_PAD <= 2048 else 2048 // N_PAD
+    if HAS_DRAFT_PROBS:  # residual max(0, p - q)
+        rejected_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
+        rejected_q = rejected_tokens
+    else:  # residual of a one-hot q: the target row without the rejected draft (its p, masked, quantised)
+        rejected_lane = (lanes[None, :] == num_correct[:, None]) & use_q[:, None] & draft_ok
+        rejected_tokens = tl.where(rejected_lane, drafts, -1)
+        rejected_q = tl.where(rejected_lane, _quantize(p), 0)
+    _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, rejected_tokens, rejected_q,
+                sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
+                BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
     if _finishing(counter_ptr, req, req_ok, SPLIT):
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
-        final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, no_tokens,
-                                  final_coin, sums_ptr, sums_base, sums_width, vocab, SUB, NB_PAD, SUB, True, False)
+        final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, rejected_tokens,
+                                  final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained, mask_width,
+                                  SUB, NB_PAD, PIECE, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
         nodes = steps + 1
         node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
         predict = tl.where(lanes[None, :] < num_correct[:, None], drafts, tl.where(lanes[None, :] == num_correct[:, None], final[:, None], -1))
@@ -526,24 +588,54 @@ def _verdict_buffers(bs: int, nodes: int, width: int, device, out: Optional[Verd
                    torch.empty(bs, dtype=torch.int32, device=device), torch.empty(bs, dtype=torch.int32, device=device))
 
 
-def _argmax_tiles(logits: torch.Tensor, target: KernelTarget):
+@dataclass(frozen=True)
+class MaskArgs:
+    """A launch's mask arguments: (mask, index, num_masks, width) pointers/ints and the two flags.
+    Without a mask the pointers are ``placeholder`` (never read)."""
+
+    mask: torch.Tensor
+    index: torch.Tensor
+    num_masks: int
+    width: int
+    has_mask: bool
+    has_index: bool
+
+    @classmethod
+    def of(cls, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor], placeholder: torch.Tensor) -> "MaskArgs":
+        if token_bitmask is None:
+            return cls(placeholder, placeholder, 0, 0, False, False)
+        mask = token_bitmask.contiguous()
+        index = bitmask_index.contiguous() if bitmask_index is not None else mask
+        return cls(mask, index, mask.shape[0], mask.shape[1], True, bitmask_index is not None)
+
+    @property
+    def args(self) -> tuple:
+        return self.mask, self.index, self.num_masks, self.width
+
+    @property
+    def flags(self) -> dict:
+        return {"HAS_MASK": self.has_mask, "HAS_INDEX": self.has_index}
+
+
+def _argmax_tiles(logits: torch.Tensor, target: KernelTarget, masks: Optional[MaskArgs] = None):
     """Launch the tile argmax over (rows, V) logits; returns (tile_max, tile_id, num_tiles)."""
     rows, vocab = logits.shape
     config = argmax_launch(target, rows, vocab)
     num_tiles = triton.cdiv(vocab, config.block)
     tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=logits.device)
     tile_id = torch.empty((rows, num_tiles), dtype=torch.int32, device=logits.device)
-    _argmax_tile_kernel[(rows, num_tiles)](logits, logits.stride(0), logits.stride(1), vocab, tile_max, tile_id, num_tiles,
-                                           BLOCK=config.block, num_warps=config.warps)
+    masks = masks or MaskArgs.of(None, None, tile_max)
+    _argmax_tile_kernel[(rows, num_tiles)](logits, logits.stride(0), logits.stride(1), vocab, tile_max, tile_id, num_tiles, *masks.args,
+                                           BLOCK=config.block, **masks.flags, num_warps=config.warps)
     return tile_max, tile_id, num_tiles
 
 
-def _target_source(target_predict: torch.Tensor, target: KernelTarget):
+def _target_source(target_predict: torch.Tensor, target: KernelTarget, masks: Optional[MaskArgs] = None):
     """(ids or placeholder, tile_max, tile_id, num_tiles, from_logits) for the walk kernels."""
     if target_predict.dtype.is_floating_point:
         if target_predict.dim() == 3:  # (bs, N, V) logits: the (bs*N, V) rows (a view when possible)
             target_predict = target_predict.flatten(0, 1)
-        tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target)
+        tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target, masks)
         return tile_max, tile_max, tile_id, num_tiles, True
     ids = target_predict.reshape(-1).contiguous()  # the walks index token ids with unit stride
     return ids, ids, ids, 1, False
@@ -564,27 +656,29 @@ def _probs_strides(probs: torch.Tensor, rows: int) -> tuple[int, int, int]:
     return probs.stride(0) * rows, probs.stride(0), probs.stride(1)
 
 
-def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: torch.Tensor, *, out: Optional[Verdict] = None,
-                  target: KernelTarget) -> Verdict:
+def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
+                  bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_greedy`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, nodes = candidates.shape
     width = tree.num_steps + 1
     out = _verdict_buffers(bs, nodes, width, candidates.device, out)
     if bs == 0:
         return out
-    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target)
+    masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
+    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = walk_launch(target, bs, nodes)
     _greedy_walk_kernel[(triton.cdiv(bs, config.requests),)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), ids, tile_max, tile_id, num_tiles,
-        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps,
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, *masks.args,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits,
-        num_warps=config.warps,
+        **masks.flags, num_warps=config.warps,
     )
     return out
 
 
 def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor,
-                    *, threshold_single: float = 1.0, threshold_acc: float = 1.0, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+                    *, threshold_single: float = 1.0, threshold_acc: float = 1.0, token_bitmask: Optional[torch.Tensor] = None,
+                    bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, nodes = candidates.shape
     width = tree.num_steps + 1
@@ -595,18 +689,20 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
     stride_b, stride_n, stride_v = _probs_strides(target_probs, nodes)
     config = sampling_launch(target, bs, nodes, vocab)
     sums, counters = _final_token_scratch(bs, config, candidates.device)
+    masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _sampling_walk_kernel[(triton.cdiv(bs, config.requests), config.chunks)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
         target_probs, stride_b, stride_n, stride_v, coins.contiguous(), final_coins.contiguous(), float(threshold_single), float(threshold_acc),
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, vocab,
-        sums, config.sums_width, counters, config.tiles_per_chunk,
+        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, SUB=config.sub,
-        NB_PAD=config.nb_pad, SPLIT=config.chunks > 1, num_warps=config.warps,
+        NB_PAD=config.nb_pad, SPLIT=config.chunks > 1, **masks.flags, num_warps=config.warps,
     )
     return out
 
 
-def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
+                 bitmask_index: Optional[torch.Tensor] = None, out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
                  target: KernelTarget) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton provider of ``verify_chain`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, width = candidates.shape
@@ -614,17 +710,20 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, out:
         out = (torch.empty(bs, dtype=torch.int32, device=candidates.device), torch.empty(bs, dtype=torch.int64, device=candidates.device))
     if bs == 0:
         return out[0], out[1]
-    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target)
+    masks = MaskArgs.of(token_bitmask, bitmask_index, out[0])
+    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = chain_launch(target, bs, width, num_tiles)
     _chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
-        candidates.contiguous(), ids, tile_max, tile_id, num_tiles, out[0], out[1], bs, width,
-        BLOCK_R=config.requests, B_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, num_warps=config.warps,
+        candidates.contiguous(), ids, tile_max, tile_id, num_tiles, out[0], out[1], bs, width, *masks.args,
+        BLOCK_R=config.requests, B_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
+        num_warps=config.warps,
     )
     return out[0], out[1]
 
 
-def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, coins: torch.Tensor,
-                          final_coins: torch.Tensor, *, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor, coins: torch.Tensor,
+                          final_coins: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
+                          bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, steps = draft_ids.shape
     nodes = steps + 1
@@ -632,16 +731,18 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: torch.Tensor, ta
     if bs == 0:
         return out
     vocab = target_probs.shape[-1]
-    q_strides = _probs_strides(draft_probs, steps)
+    has_draft_probs = draft_probs is not None
+    q_strides = _probs_strides(draft_probs, steps) if has_draft_probs else (0, 0, 0)
     p_strides = _probs_strides(target_probs, nodes)
     config = sampling_launch(target, bs, nodes, vocab)
     sums, counters = _final_token_scratch(bs, config, draft_ids.device)
+    masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _chain_sampling_kernel[(triton.cdiv(bs, config.requests), config.chunks)](
-        draft_ids.contiguous(), draft_probs, *q_strides, target_probs, *p_strides, coins.contiguous(), final_coins.contiguous(),
-        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
-        sums, config.sums_width, counters, config.tiles_per_chunk,
+        draft_ids.contiguous(), draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,
+        coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
+        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
-        SPLIT=config.chunks > 1, num_warps=config.warps,
+        SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, num_warps=config.warps,
     )
     return out
 
@@ -670,20 +771,36 @@ def compile_specs(target: KernelTarget):
     constexprs, multiples of 16 get ``tt.divisibility``)."""
     specs = []
 
-    def add(kernel, signature, constexprs, num_warps, **values):
+    def add_plain(kernel, signature, constexprs, num_warps, **values):
         specs.append((kernel, signature, constexprs, num_warps))
         specs.append(runtime_specialized(target, kernel, signature, constexprs, num_warps, values=values))
+
+    def add(kernel, signature, constexprs, num_warps, *, placeholder="*i32", masked=False, extra=(), **values):
+        """The launch without a mask (mask pointers are the ``placeholder``), and with
+        ``masked`` its token_bitmask variants (no index, int32 and int64 index); ``extra``:
+        further constexpr variants of the unmasked launch."""
+        variants = [(placeholder, placeholder, False, False)]
+        if masked:
+            variants += [("*i32", "*i32", True, False), ("*i32", "*i32", True, True), ("*i32", "*i64", True, True)]
+        for mask_type, index_type, has_mask, has_index in variants:
+            for extra_constexprs in (({},) + tuple(extra)) if not has_mask else ({},):
+                add_plain(kernel, {**signature, "mask_ptr": mask_type, "index_ptr": index_type, "num_masks": "i32", "mask_width": "i32",
+                                   "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", **{name: "constexpr" for name in extra_constexprs}},
+                          {**constexprs, "HAS_MASK": has_mask, "HAS_INDEX": has_index, **extra_constexprs}, num_warps,
+                          num_masks=values.get("bs", 1) * 8 if has_mask else 0, mask_width=4748 if has_mask else 0, **values)
 
     walk_links = {"next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64"}
     verdict = {"predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32"}
     for bs, nodes, vocab, steps in _SHAPES:
+        masked = (bs, nodes) == (64, 8)  # the token_bitmask variants at one production shape
         argmax = argmax_launch(target, bs * nodes, vocab)
         num_tiles = triton.cdiv(vocab, argmax.block)
         for logit_type in _LOGIT_TYPES:
             add(_argmax_tile_kernel,
                 {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
                  "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "BLOCK": "constexpr"},
-                {"BLOCK": argmax.block}, argmax.warps, stride_row=vocab, stride_col=1, vocab=vocab, num_tiles=num_tiles)
+                {"BLOCK": argmax.block}, argmax.warps, placeholder="*fp32", masked=masked, stride_row=vocab, stride_col=1, vocab=vocab,
+                num_tiles=num_tiles)
         walk = walk_launch(target, bs, nodes)
         for from_logits, target_type in ((True, "*fp32"), (False, "*i64"), (False, "*i32")):
             tiles = num_tiles if from_logits else 1
@@ -692,14 +809,14 @@ def compile_specs(target: KernelTarget):
                  **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr",
                  "W_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
                 {"BLOCK_R": walk.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits},
-                walk.warps, num_tiles=tiles, bs=bs, nodes=nodes, num_steps=steps)
+                walk.warps, masked=masked and from_logits, num_tiles=tiles, bs=bs, nodes=nodes, num_steps=steps)
             add(_chain_greedy_kernel,
                 {"cand_ptr": "*i64", "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
                  "num_correct_ptr": "*i32", "bonus_ptr": "*i64", "bs": "i32", "width": "i32", "BLOCK_R": "constexpr",
                  "B_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
                 {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits},
                 chain_launch(target, bs, nodes, tiles).warps,
-                num_tiles=tiles, bs=bs, width=nodes)
+                masked=masked and from_logits, num_tiles=tiles, bs=bs, width=nodes)
         sampling = sampling_launch(target, bs, nodes, vocab)
         final = {"sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32"}
         final_values = {"sums_width": sampling.sums_width, "tiles_per_chunk": sampling.tiles_per_chunk}
@@ -710,16 +827,16 @@ def compile_specs(target: KernelTarget):
              **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", **final, "BLOCK_R": "constexpr",
              "N_PAD": "constexpr", "W_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}},
             {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), **final_constexprs},
-            sampling.warps, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps, vocab=vocab,
-            **final_values)
+            sampling.warps, masked=masked, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
+            vocab=vocab, **final_values)
         chain_steps = nodes - 1
         add(_chain_sampling_kernel,
             {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
              "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
              "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", **final, "BLOCK_R": "constexpr",
-             "N_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}},
-            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), **final_constexprs},
-            sampling.warps, stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
+             "N_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}, "HAS_DRAFT_PROBS": "constexpr"},
+            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), **final_constexprs, "HAS_DRAFT_PROBS": True},
+            sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
             stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values)
     return specs
 

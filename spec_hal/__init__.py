@@ -75,6 +75,9 @@ _LAZY = {
     "MambaCommit": ("spec_hal.mamba", "MambaCommit"),
     "GraphSupport": ("spec_hal.capabilities", "GraphSupport"),
     "MAX_TOPK": ("spec_hal.topk", "MAX_TOPK"),
+    "tree_paths": ("spec_hal.tree", "tree_paths"),
+    "tree_parents": ("spec_hal.tree", "tree_parents"),
+    "pack_bitmask": ("spec_hal.masks", "pack_bitmask"),
 }
 
 __all__ = [
@@ -84,6 +87,7 @@ __all__ = [
     "SpecHalError",
     "UnsupportedOnBackend",
     *_LAZY,
+    "apply_token_bitmask_",
     "draft_topk",
     "mamba_commit_steps",
     "scatter_mamba_state",
@@ -92,6 +96,9 @@ __all__ = [
     "verify_sampling",
     "verify_chain",
     "verify_chain_sampling",
+    "verify_tree_sampling",
+    "verify_chain_ragged",
+    "verify_chain_sampling_ragged",
     "bonus_tokens",
     "compact_accepted",
     "accepted_kv_moves",

@@ -85,6 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=bounded_int(1, MAX_BATCH), default=2,
                         help="requests (default 2; prompts are rotations of one)")
     parser.add_argument("--seed", type=bounded_int(0, 2**63 - 1), default=0, help="seed of the sampling coins (default 0)")
+    parser.add_argument("--grammar", action="store_true",
+                        help="constrain the output with a small regular language (running token sum mod 3 never 0) "
+                             "through vocabulary bitmasks; greedy output is checked against constrained greedy decoding")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
                         help="model shape: tiny (V=64, H=16, float64; default) or 8b (V=128256, H=4096, bfloat16; GPU only)")
     parser.add_argument("--summary", action=argparse.BooleanOptionalAction, default=None,
@@ -132,7 +135,7 @@ def prompts(batch_size: int) -> "torch.Tensor":
 
 def run_demo(args: argparse.Namespace, out=None) -> int:
     """The ``spec-hal demo`` command (exit codes of :mod:`spec_hal.cli`)."""
-    from .cli import EXIT_OK, fail, require_backend
+    from .cli import EXIT_FAILED, EXIT_OK, fail, require_backend
 
     out = out or sys.stdout
     check_arguments(args)
@@ -146,6 +149,7 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
 
     from .errors import InvalidInput
     from .testing.engine import EngineConfig, SpeculativeEngine
+    from .testing.grammar import ModularSumGrammar
     from .testing.models import NoisyDraftModel, TargetModel
 
     if backend.device.type == "cpu":
@@ -153,7 +157,8 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
         # which costs far more than the work on a loaded 2-core machine.
         torch.set_num_threads(1)
     config = EngineConfig(steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens, page_size=args.page_size,
-                          temperature=args.temperature, graphs=args.graphs, max_tokens=args.max_tokens)
+                          temperature=args.temperature, graphs=args.graphs, max_tokens=args.max_tokens,
+                          grammar=ModularSumGrammar(vocab_size=preset.vocab, modulus=3) if args.grammar else None)
     target = TargetModel(vocab_size=preset.vocab, hidden_size=preset.hidden, recurrent=args.hybrid, context_gain=CONTEXT_GAIN,
                          dtype=getattr(torch, preset.dtype), device=backend.device if preset.gpu_only else None)
     draft = NoisyDraftModel(target, noise=DRAFT_NOISE, noise_rank=preset.noise_rank)
@@ -170,8 +175,13 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     if warmup_s is not None:
         print(f"first run, untimed (kernel compilation, graph capture, first calls): {warmup_s * 1e3:.0f} ms; "
               f"timed run: {elapsed * 1e3:.0f} ms", file=out)
+    if config.grammar is not None:
+        in_language = config.grammar.accepts(result.tokens)
+        print(f"output in the grammar's language: {'yes' if in_language else 'NO'}", file=out)
+        if not in_language:
+            return EXIT_FAILED
     if config.temperature == 0:
-        return _greedy_check(target, prompt.to(backend.device), result.tokens, preset, out)
+        return _greedy_check(target, prompt.to(backend.device), result.tokens, preset, out, grammar=config.grammar)
     return EXIT_OK
 
 
@@ -192,14 +202,15 @@ def _untimed_first_run(target, draft, backend, config, prompt, seed, out):
     return time.perf_counter() - start
 
 
-def _greedy_check(target, prompt, tokens, preset: Preset, out) -> int:
-    """Compare with plain greedy decoding of the target; exit code 1 on a difference (exact
-    presets), else report where the outputs first differ."""
+def _greedy_check(target, prompt, tokens, preset: Preset, out, *, grammar=None) -> int:
+    """Compare with plain (with ``grammar``: constrained) greedy decoding of the target; exit code
+    1 on a difference (exact presets), else report where the outputs first differ."""
     import torch
 
-    expected = target.greedy(prompt, tokens.shape[1]).cpu()
+    expected = (grammar.greedy(target, prompt, tokens.shape[1]) if grammar is not None else target.greedy(prompt, tokens.shape[1])).cpu()
     same = torch.equal(tokens, expected)
-    print(f"speculative output == greedy target output: {'yes' if same else 'NO'}", file=out)
+    kind = "constrained greedy" if grammar is not None else "greedy"
+    print(f"speculative output == {kind} target output: {'yes' if same else 'NO'}", file=out)
     if same or preset.exact:
         return 0 if same else 1
     differs = (tokens != expected).any(dim=0).nonzero()

@@ -19,12 +19,14 @@ from typing import Callable, Optional
 
 # Family modules, imported on first use of the registry (never at `import spec_hal`).
 FAMILY_MODULES = (
+    "spec_hal.masks",
     "spec_hal.topk",
     "spec_hal.mamba",
     "spec_hal.verify",
     "spec_hal.compaction",
     "spec_hal.kv",
     "spec_hal.tree",
+    "spec_hal.ragged",
     "spec_hal.sampling",
 )
 

@@ -12,6 +12,12 @@ Semantics (identical on every backend; integers bit-exact):
   has probabilities 0 and ids 0..k-1.
 * ``token_map`` (V,) maps draft-vocabulary ids to target ids (EAGLE-3 d2t, hot-token maps);
   it is applied after ranking.
+* ``token_bitmask`` (spec_hal/masks.py; rows of ``logits`` through ``bitmask_index``): masked
+  tokens rank below every allowed token (NaN and -inf included) and have probability 0; the
+  softmax normaliser and the row max run over allowed tokens only. A row with fewer than k
+  allowed tokens fills the remaining slots with masked ids (ascending id) at probability 0; a row
+  allowing nothing has probabilities 0 and ids 0..k-1 (as an all -inf row). With ``token_map``
+  the mask is in the target vocabulary: draft id i is allowed iff ``token_map[i]`` is.
 """
 from __future__ import annotations
 
@@ -20,13 +26,14 @@ from typing import Optional
 import torch
 
 from . import checks
+from .masks import check_bitmask, token_allowed
 from .registry import register_op
 
 MAX_TOPK = 16
 FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
-def check_draft_topk(logits, k, *, token_map=None, out=None) -> None:
+def check_draft_topk(logits, k, *, token_map=None, token_bitmask=None, bitmask_index=None, out=None) -> None:
     checks.tensor("logits", logits, ndim=2, dtypes=checks.FLOAT_DTYPES)
     vocab = logits.shape[1]
     if vocab == 0:
@@ -35,6 +42,7 @@ def check_draft_topk(logits, k, *, token_map=None, out=None) -> None:
     if token_map is not None:
         checks.tensor("token_map", token_map, ndim=1, dtypes=checks.INDEX_DTYPES, device=logits.device, shape=(vocab,))
     rows = logits.shape[0]
+    check_bitmask(token_bitmask, bitmask_index, rows=rows, vocab=None if token_map is not None else vocab, device=logits.device)
     checks.out_tensors("out", out, [((rows, k), torch.float32), ((rows, k), torch.int64)], logits.device)
 
 
@@ -44,7 +52,7 @@ def sanitize_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(values, nan=float("-inf"), posinf=FLOAT32_MAX, neginf=float("-inf"))
 
 
-def fake_draft_topk(logits, k, *, token_map=None, out=None):
+def fake_draft_topk(logits, k, *, token_map=None, token_bitmask=None, bitmask_index=None, out=None):
     """Output shapes and dtypes only (the torch custom op's fake kernel)."""
     rows = logits.shape[0]
     return logits.new_empty((rows, k), dtype=torch.float32), logits.new_empty((rows, k), dtype=torch.int64)
@@ -56,6 +64,8 @@ def draft_topk(
     k: int,
     *,
     token_map: Optional[torch.Tensor] = None,
+    token_bitmask: Optional[torch.Tensor] = None,
+    bitmask_index: Optional[torch.Tensor] = None,
     out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k draft tokens with their exact softmax probabilities.
@@ -64,6 +74,9 @@ def draft_topk(
         logits: (bs, V) float32/bfloat16/float16/float64 draft logits; any strides.
         k: number of candidates per row, 1 <= k <= min(V, MAX_TOPK = 16).
         token_map: optional (V,) int32/int64 map from draft ids to target ids.
+        token_bitmask: optional (M, W) int32 vocabulary mask (W = ceil(V/32), or over the target
+            vocabulary when token_map is given); masked tokens rank last with probability 0.
+        bitmask_index: optional (bs,) int32/int64 mask row per logits row (-1: unconstrained).
         out: optional (probs (bs, k) float32, ids (bs, k) int64) contiguous buffers to write.
 
     Returns:
@@ -71,14 +84,21 @@ def draft_topk(
         lower id, ids in [0, V) (or their token_map images).
     """
     values = sanitize_logits(logits)
+    allowed = _allowed_draft_ids(token_bitmask, bitmask_index, token_map, values.shape[0], values.shape[1], values.device)
+    values = torch.where(allowed, values, torch.full_like(values, float("-inf")))
     # A stable descending sort keeps equal values in ascending id order: ties go to the lower id.
-    sorted_values, order = torch.sort(values, dim=1, descending=True, stable=True)
-    top_values, ids = sorted_values[:, :k], order[:, :k]
-    row_max = sorted_values[:, :1]
+    # The second stable sort puts every allowed id before every masked one, keeping that order.
+    order = torch.sort(values, dim=1, descending=True, stable=True).indices
+    if token_bitmask is not None:
+        order = order.gather(1, torch.sort(allowed.gather(1, order).to(torch.int8), dim=1, descending=True, stable=True).indices)
+    ids = order[:, :k]
+    top_values = values.gather(1, ids)
+    top_allowed = allowed.gather(1, ids)
+    row_max = values.max(dim=1, keepdim=True).values
     finite_row = row_max > float("-inf")
     shifted = torch.where(finite_row, values - row_max, torch.full_like(values, float("-inf")))
     denominator = torch.exp(shifted).sum(dim=1, keepdim=True)
-    probs = torch.where(finite_row, torch.exp(top_values - row_max) / denominator, torch.zeros_like(top_values))
+    probs = torch.where(finite_row & top_allowed, torch.exp(top_values - row_max) / denominator, torch.zeros_like(top_values))
     if token_map is not None:
         ids = token_map.to(torch.int64)[ids]
     if out is None:
@@ -86,3 +106,14 @@ def draft_topk(
     out[0].copy_(probs)
     out[1].copy_(ids)
     return out[0], out[1]
+
+
+def _allowed_draft_ids(token_bitmask, bitmask_index, token_map, rows: int, vocab: int, device) -> torch.Tensor:
+    """(rows, V) bool: draft ids allowed by the mask (through token_map); all True without one."""
+    if token_bitmask is None:
+        return torch.ones(rows, vocab, dtype=torch.bool, device=device)
+    tokens = torch.arange(vocab, dtype=torch.int64, device=device)
+    if token_map is not None:
+        tokens = token_map.to(torch.int64)
+    row_ids = torch.arange(rows, dtype=torch.int64, device=device)[:, None]
+    return token_allowed(token_bitmask, bitmask_index, row_ids, tokens[None, :], rows=rows)

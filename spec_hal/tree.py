@@ -390,8 +390,8 @@ def fake_build_tree(roots, parents, selected, draft_tokens, seq_lens, *, topk, m
     else:
         mask = selected.new_empty((bs, nodes, nodes), dtype=torch.bool)
     flat = selected.new_empty((bs * nodes,), dtype=torch.int64)
-    return DraftTree(flat, torch.empty_like(flat), *(selected.new_empty((bs, nodes), dtype=torch.int64) for _ in range(3)),
-                     mask, mask_mode, tree_num_steps(parents.shape[1], topk))
+    links = [selected.new_empty((bs, nodes), dtype=torch.int64) for _ in range(5)]  # index, next token/sibling, parents, depth
+    return DraftTree(flat, torch.empty_like(flat), *links[:3], mask, mask_mode, tree_num_steps(parents.shape[1], topk), *links[3:])
 
 
 def build_tree_fields(values: dict) -> dict:
@@ -441,6 +441,8 @@ def build_tree(
     depth = mask.sum(dim=2) - 1
     record_invalid("build_tree", "seq_lens", seq_lens < 0, rule="non-negative lengths")
     positions = (clamped_seq_lens(seq_lens)[:, None] + depth).reshape(-1)
+    node_parents = torch.where(reachable, parent, torch.full_like(parent, -1))
+    node_depth = torch.where(reachable, depth, torch.full_like(depth, -1))
     tokens = torch.cat([roots.to(torch.int64)[:, None], draft_tokens.to(torch.int64)], dim=1).reshape(-1)
     retrieve_index = torch.arange(bs * num_nodes, dtype=torch.int64, device=device).view(bs, num_nodes)
     if mask_mode == "bitpacked":
@@ -449,4 +451,65 @@ def build_tree(
         out_mask = scatter_full_mask(mask, seq_lens, full_mask_numel(seq_lens, num_nodes, seq_lens_sum))
     else:
         out_mask = mask
-    return DraftTree(tokens, positions, retrieve_index, next_token, next_sibling, out_mask, mask_mode, num_steps)
+    return DraftTree(tokens, positions, retrieve_index, next_token, next_sibling, out_mask, mask_mode, num_steps,
+                     parents=node_parents, depth=node_depth)
+
+
+# ---------------------------------------------------------------------------------------------
+# tree structure helpers (plain torch on any device; not ops: no kernel, no value checks)
+
+
+def tree_parents(tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
+    """(parents, depth), both (bs, N) int64, as ``DraftTree.parents`` / ``.depth`` define them:
+    the recorded fields when present, else derived from the retrieve links (nodes the walk from
+    the root reaches through ``retrieve_next_token`` / ``retrieve_next_sibling``, at most S
+    levels; every other node -1). No host sync."""
+    if tree.parents is not None and tree.depth is not None:
+        return tree.parents.to(torch.int64), tree.depth.to(torch.int64)
+    next_token = tree.retrieve_next_token.to(torch.int64)
+    next_sibling = tree.retrieve_next_sibling.to(torch.int64)
+    bs, nodes = next_token.shape
+    device = next_token.device
+    parents = torch.full((bs, nodes), -1, dtype=torch.int64, device=device)
+    depth = torch.full((bs, nodes), -1, dtype=torch.int64, device=device)
+    depth[:, 0] = 0
+    frontier = torch.zeros(bs, nodes, dtype=torch.bool, device=device)  # nodes of the current level
+    frontier[:, 0] = True
+    for level in range(1, tree.num_steps + 1):
+        # Every frontier node's first child, then the sibling chains: each hop is one gather.
+        children = torch.zeros(bs, nodes, dtype=torch.bool, device=device)
+        child_parent = torch.full((bs, nodes), -1, dtype=torch.int64, device=device)
+        cur = torch.where(frontier, next_token, torch.full_like(next_token, -1))
+        owner = torch.arange(nodes, device=device).expand(bs, nodes)
+        for _ in range(nodes):  # a sibling chain is at most N long
+            valid = (cur >= 1) & (cur < nodes)
+            fresh = valid & (depth.gather(1, cur.clamp(0, nodes - 1)) < 0)
+            index = torch.where(fresh, cur, torch.zeros_like(cur))
+            children.scatter_(1, index, fresh | children.gather(1, index))
+            child_parent.scatter_(1, index, torch.where(fresh, owner, child_parent.gather(1, index)))
+            cur = torch.where(valid, next_sibling.gather(1, cur.clamp(0, nodes - 1)), torch.full_like(cur, -1))
+        children[:, 0] = False
+        parents = torch.where(children, child_parent, parents)
+        depth = torch.where(children, torch.full_like(depth, level), depth)
+        frontier = children
+    return parents, depth
+
+
+def tree_paths(tree: DraftTree) -> torch.Tensor:
+    """(bs, N, S+1) int64 root-to-node paths: ``paths[b, j, d]`` is the local id of node j's
+    ancestor at depth d (``paths[b, j, 0] = 0``, ``paths[b, j, depth(j)] = j``), -1 after the
+    node's depth and everywhere for unreachable / padded nodes. A grammar walks node j's path to
+    know the prefix its mask row must be computed for."""
+    parents, depth = tree_parents(tree)
+    bs, nodes = parents.shape
+    width = tree.num_steps + 1
+    paths = torch.full((bs, nodes, width), -1, dtype=torch.int64, device=parents.device)
+    current = torch.arange(nodes, device=parents.device).expand(bs, nodes).clone()
+    level = depth.clone()
+    for _ in range(width):  # climb one level per step, writing each ancestor at its depth
+        ok = level >= 0
+        paths.scatter_(2, level.clamp(min=0)[:, :, None], torch.where(ok, current, paths.gather(2, level.clamp(min=0)[:, :, None])[:, :, 0])[:, :, None])
+        up = parents.gather(1, current.clamp(min=0))
+        current = torch.where(ok & (up >= 0), up, current)
+        level = torch.where(ok & (up >= 0), level - 1, torch.full_like(level, -1))
+    return paths

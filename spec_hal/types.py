@@ -28,6 +28,14 @@ class DraftTree:
                            blocks N x (seq_len_b + N), "bitpacked" (bs, N) uint8/int16/int32
                            rows (bit j: attends node j; N <= 32).
     num_steps:             S, so that the accept width S + 1 never has to be passed separately.
+    parents:               (bs, N) int64 local parent node of every reachable node; -1 for the
+                           root, unreachable and padded nodes. None when the producer did not
+                           record it (``spec_hal.tree.tree_parents`` derives it from the links).
+    depth:                 (bs, N) int64 depth of every reachable node (root 0); -1 for
+                           unreachable and padded nodes; None as for ``parents``.
+
+    ``spec_hal.tree.tree_paths(tree)`` gives every node's root-to-node path (for walking a
+    grammar over the tree).
     """
 
     tokens: torch.Tensor
@@ -38,6 +46,8 @@ class DraftTree:
     mask: Optional[torch.Tensor]
     mask_mode: str
     num_steps: int
+    parents: Optional[torch.Tensor] = None
+    depth: Optional[torch.Tensor] = None
 
     @property
     def batch_size(self) -> int:

@@ -43,7 +43,12 @@ that has no mass either (an all-zero or NaN row) the id is 0.
 
 Chain sampling (``verify_chain_sampling``, P8): classic rejection sampling with the true draft
 distribution q: step s accepts ``x_s`` iff ``u_s * q(x_s) < p(x_s)`` (float32, sanitised as above)
-and the first rejection stops. The final token samples ``max(0, p - q)`` of the rejected row
+and the first rejection stops. ``draft_probs=None`` (n-gram / prompt-lookup drafts) means q_s is
+one-hot at x_s: accept iff ``u_s < p(x_s)``, residual = p with x_s removed.
+
+Vocabulary masks (``token_bitmask``, every verify op; semantics in spec_hal/masks.py): masked
+target probabilities count as 0, the greedy argmax runs over allowed tokens, and a child is
+accepted only if its token is allowed at its parent's row. The final token samples ``max(0, p - q)`` of the rejected row
 (float32 subtraction, then quantised as above), or target row S when all S are accepted; the
 same fallback applies (unmodified target row, then id 0).
 """
@@ -54,6 +59,7 @@ from typing import Optional, Union
 import torch
 
 from . import checks
+from .masks import allowed_matrix, check_bitmask, token_allowed
 from .registry import register_op
 from .types import DraftTree, Verdict
 
@@ -122,17 +128,31 @@ def _check_threshold(name: str, value) -> None:
         raise checks.InvalidInput(name, "a float in [0, 1]", value)
 
 
-def check_verify_greedy(tree, candidates, target_predict, *, out=None) -> None:
+def _check_masked_logits(target_predict, token_bitmask, bitmask_index, rows: int, device) -> None:
+    """A mask needs logits (the masked argmax is computed here: a given id could be masked)."""
+    if token_bitmask is None:
+        check_bitmask(None, bitmask_index, rows=rows, vocab=None, device=device)
+        return
+    if not target_predict.dtype.is_floating_point:
+        raise checks.InvalidInput("target_predict", "logits (rows, V) when token_bitmask is given (ids may be masked tokens)",
+                                  f"{str(target_predict.dtype).replace('torch.', '')} ids")
+    check_bitmask(token_bitmask, bitmask_index, rows=rows, vocab=target_predict.shape[-1], device=device)
+
+
+def check_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> None:
     bs, nodes, device = _check_tree(tree)
     checks.tensor("candidates", candidates, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, nodes))
     _check_target_predict("target_predict", target_predict, bs, nodes, device)
+    _check_masked_logits(target_predict, token_bitmask, bitmask_index, bs * nodes, device)
     _check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
 
 
-def check_verify_sampling(tree, candidates, target_probs, coins, final_coins, *, threshold_single=1.0, threshold_acc=1.0, out=None) -> None:
+def check_verify_sampling(tree, candidates, target_probs, coins, final_coins, *, threshold_single=1.0, threshold_acc=1.0,
+                          token_bitmask=None, bitmask_index=None, out=None) -> None:
     bs, nodes, device = _check_tree(tree)
     checks.tensor("candidates", candidates, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, nodes))
-    _check_probs("target_probs", target_probs, bs, nodes, device)
+    vocab = _check_probs("target_probs", target_probs, bs, nodes, device)
+    check_bitmask(token_bitmask, bitmask_index, rows=bs * nodes, vocab=vocab, device=device)
     checks.tensor("coins", coins, dtypes=(torch.float32,), device=device, shape=(bs, nodes))
     checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
     _check_threshold("threshold_single", threshold_single)
@@ -140,22 +160,26 @@ def check_verify_sampling(tree, candidates, target_probs, coins, final_coins, *,
     _check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
 
 
-def check_verify_chain(candidates, target_predict, *, out=None) -> None:
+def check_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> None:
     checks.tensor("candidates", candidates, ndim=2, dtypes=checks.INDEX_DTYPES)
     bs, width = candidates.shape
     if width == 0:
         raise checks.InvalidInput("candidates", "at least one column (the root)", f"shape {tuple(candidates.shape)}")
     _check_target_predict("target_predict", target_predict, bs, width, candidates.device)
+    _check_masked_logits(target_predict, token_bitmask, bitmask_index, bs * width, candidates.device)
     checks.out_tensors("out", out, [((bs,), torch.int32), ((bs,), torch.int64)], candidates.device)
 
 
-def check_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, out=None) -> None:
+def check_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
+                                out=None) -> None:
     checks.tensor("draft_ids", draft_ids, ndim=2, dtypes=checks.INDEX_DTYPES)
     bs, steps = draft_ids.shape
     device = draft_ids.device
-    vocab = _check_probs("draft_probs", draft_probs, bs, steps, device)
-    if _check_probs("target_probs", target_probs, bs, steps + 1, device) != vocab:
-        raise checks.InvalidInput("target_probs", f"the vocabulary of draft_probs (V = {vocab})", f"shape {tuple(target_probs.shape)}")
+    vocab = _check_probs("target_probs", target_probs, bs, steps + 1, device)
+    if draft_probs is not None and _check_probs("draft_probs", draft_probs, bs, steps, device) != vocab:
+        raise checks.InvalidInput("target_probs", f"the vocabulary of draft_probs (V = {draft_probs.shape[-1]})",
+                                  f"shape {tuple(target_probs.shape)}")
+    check_bitmask(token_bitmask, bitmask_index, rows=bs * (steps + 1), vocab=vocab, device=device)
     checks.tensor("coins", coins, dtypes=(torch.float32,), device=device, shape=(bs, steps))
     checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
     _check_verdict_out(out, bs, steps + 1, steps + 1, device)
@@ -257,16 +281,31 @@ def _verdict(path, num_correct, next_tokens, nodes: int, out: Optional[Verdict])
     return out
 
 
-def target_tokens(target_predict: torch.Tensor, bs: int, nodes: int) -> torch.Tensor:
-    """The target's token per node (bs, N) int64: ids as given, or the argmax of logits."""
+def target_tokens(target_predict: torch.Tensor, bs: int, nodes: int, token_bitmask: Optional[torch.Tensor] = None,
+                  bitmask_index: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The target's token per node (bs, N) int64: ids as given, or the argmax of logits; with a
+    mask the argmax over allowed tokens only (they rank above every masked one, NaN and -inf
+    included; a row allowing nothing gives id 0)."""
     if target_predict.dtype.is_floating_point:
         # Imported here: importing spec_hal.topk at module level is circular when topk is
         # imported first (its `from . import checks` runs spec_hal.__getattr__, which imports
         # every family module).
         from .topk import sanitize_logits
 
-        return sanitize_logits(target_predict).argmax(dim=-1).reshape(bs, nodes)
+        values = sanitize_logits(target_predict)
+        if token_bitmask is None:
+            return values.argmax(dim=-1).reshape(bs, nodes)
+        values = values.reshape(bs * nodes, values.shape[-1])  # (bs*N, V) or (bs, N, V) logits
+        allowed = allowed_matrix(token_bitmask, bitmask_index, values.shape[0], values.shape[1])
+        values = torch.where(allowed, values, torch.full_like(values, float("-inf")))
+        best = allowed & (values == values.max(dim=1, keepdim=True).values)
+        return best.to(torch.int8).argmax(dim=1).reshape(bs, nodes)  # first allowed max; 0 if none
     return target_predict.reshape(bs, nodes).to(torch.int64)
+
+
+def _allowed_at(token_bitmask, bitmask_index, rows: int, row_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Whether ``tokens`` are allowed at flat rows ``row_ids`` (all True without a mask)."""
+    return token_allowed(token_bitmask, bitmask_index, row_ids, tokens, rows=rows)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -279,28 +318,31 @@ def fake_verdict(like: torch.Tensor, bs, nodes, width) -> Verdict:
                    like.new_empty((bs,), dtype=torch.int32), like.new_empty((bs,), dtype=torch.int32))
 
 
-def fake_verify_greedy(tree, candidates, target_predict, *, out=None) -> Verdict:
+def fake_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> Verdict:
     bs, nodes = candidates.shape
     return fake_verdict(candidates, bs, nodes, tree.num_steps + 1)
 
 
-def fake_verify_sampling(tree, candidates, target_probs, coins, final_coins, *, threshold_single=1.0, threshold_acc=1.0, out=None) -> Verdict:
+def fake_verify_sampling(tree, candidates, target_probs, coins, final_coins, *, threshold_single=1.0, threshold_acc=1.0, token_bitmask=None,
+                         bitmask_index=None, out=None) -> Verdict:
     bs, nodes = candidates.shape
     return fake_verdict(candidates, bs, nodes, tree.num_steps + 1)
 
 
-def fake_verify_chain(candidates, target_predict, *, out=None):
+def fake_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None):
     bs = candidates.shape[0]
     return candidates.new_empty((bs,), dtype=torch.int32), candidates.new_empty((bs,), dtype=torch.int64)
 
 
-def fake_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, out=None) -> Verdict:
+def fake_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
+                               out=None) -> Verdict:
     bs, steps = draft_ids.shape
     return fake_verdict(draft_ids, bs, steps + 1, steps + 1)
 
 
 @register_op("verify_greedy", family="verify", check=check_verify_greedy, fake=fake_verify_greedy)
-def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: torch.Tensor, *, out: Optional[Verdict] = None) -> Verdict:
+def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
+                  bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None) -> Verdict:
     """Greedy tree verification (P6): accept the longest path whose tokens equal the target's.
 
     Args:
@@ -309,6 +351,10 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
         target_predict: the target's token per node, (bs*N,) or (bs, N) int32/int64; or the
             target logits (bs*N, V) or (bs, N, V) float32/bfloat16/float16/float64 (argmax fused: NaN as -inf,
             ties to the lower id, ids in [0, V)).
+        token_bitmask: optional (M, ceil(V/32)) int32 vocabulary mask (spec_hal/masks.py); needs
+            logits. A masked token is never accepted nor emitted; the argmax runs over allowed tokens.
+        bitmask_index: optional (bs*N,) int32/int64 mask row per node (-1: unconstrained); None:
+            node b*N+j uses mask row b*N+j.
         out: optional Verdict of contiguous int32 buffers to write.
 
     Returns:
@@ -316,14 +362,16 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
         accept_index (bs, S+1) int32, num_correct (bs,) int32, accept_lens (bs,) int32.
     """
     bs, nodes = candidates.shape
-    predicted = target_tokens(target_predict, bs, nodes)
+    predicted = target_tokens(target_predict, bs, nodes, token_bitmask, bitmask_index)
     cand = candidates.to(torch.int64)
+    block_base = torch.arange(bs, dtype=torch.int64, device=cand.device) * nodes
 
     def accept_child(kind, last, child):
         if kind != "child":
             return None
         token = cand.gather(1, child.clamp(min=0)[:, None])[:, 0]
-        return token == predicted.gather(1, last[:, None])[:, 0]
+        allowed = _allowed_at(token_bitmask, bitmask_index, bs * nodes, block_base + last, token)
+        return (token == predicted.gather(1, last[:, None])[:, 0]) & allowed
 
     path, num_correct, _ = _walk(tree, accept_child)
     return _verdict(path, num_correct, predicted, nodes, out)
@@ -339,6 +387,8 @@ def verify_sampling(
     *,
     threshold_single: float = 1.0,
     threshold_acc: float = 1.0,
+    token_bitmask: Optional[torch.Tensor] = None,
+    bitmask_index: Optional[torch.Tensor] = None,
     out: Optional[Verdict] = None,
 ) -> Verdict:
     """Target-only tree speculative sampling (P7); lossless at thresholds 1.0; inputs unchanged.
@@ -350,6 +400,10 @@ def verify_sampling(
         coins: (bs, N) float32 in [0, 1): the coin of the level after each node.
         final_coins: (bs,) float32 in [0, 1): the coin of the final (bonus) token.
         threshold_single, threshold_acc: floats in [0, 1] (1.0 = exact; lower accepts more).
+        token_bitmask, bitmask_index: optional vocabulary mask per node, as in verify_greedy:
+            masked probabilities count as 0 (not renormalised) and a masked token is never
+            accepted (whatever the thresholds) nor emitted. Lossless for the constrained
+            distribution when target_probs is the softmax of already masked logits.
         out: optional Verdict of contiguous int32 buffers to write.
 
     Returns:
@@ -359,9 +413,13 @@ def verify_sampling(
     bs, nodes = candidates.shape
     vocab = target_probs.shape[-1]
     probs = sanitize_probs(target_probs.reshape(bs, nodes, vocab))
-    coin_table = sanitize_coins(coins)
     cand = candidates.to(torch.int64)
+    if token_bitmask is not None:
+        allowed = allowed_matrix(token_bitmask, bitmask_index, bs * nodes, vocab).view(bs, nodes, vocab)
+        probs = torch.where(allowed, probs, torch.zeros_like(probs))
+    coin_table = sanitize_coins(coins)
     in_vocab = (cand >= 0) & (cand < vocab)
+    block_base = torch.arange(bs, dtype=torch.int64, device=cand.device) * nodes
     single = torch.tensor(threshold_single, dtype=torch.float32, device=cand.device)
     acc_scale = torch.tensor(threshold_acc, dtype=torch.float32, device=cand.device)
     rows = torch.arange(bs, device=cand.device)
@@ -383,7 +441,8 @@ def verify_sampling(
         p = probs[rows, last, token.clamp(0, vocab - 1)]
         p = torch.where(in_vocab.gather(1, node[:, None])[:, 0] & ~duplicate, p, torch.zeros_like(p))
         state["acc"] = torch.where(scanning, state["acc"] + p, state["acc"])
-        accepted = scanning & ((state["coin"] * acc_scale < state["acc"]) | (p >= single))
+        allowed = _allowed_at(token_bitmask, bitmask_index, bs * nodes, block_base + last, token)
+        accepted = scanning & allowed & ((state["coin"] * acc_scale < state["acc"]) | (p >= single))
         state["rejected"][rows, node] |= scanning & ~accepted
         return accepted
 
@@ -412,21 +471,28 @@ def _next_tokens(path: torch.Tensor, cand: torch.Tensor, last: torch.Tensor, fin
 
 
 @register_op("verify_chain", family="verify", check=check_verify_chain, fake=fake_verify_chain)
-def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, out: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
+                 bitmask_index: Optional[torch.Tensor] = None, out: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """DFlash greedy chain verify (P20): longest prefix with ``candidates[:, 1:] == target[:, :-1]``.
 
     Args:
         candidates: (bs, B) int32/int64; column 0 is the root, columns 1.. the drafts.
         target_predict: the target's token per position, (bs*B,) or (bs, B) int32/int64, or
             logits (bs*B, V) float (argmax fused as in verify_greedy).
+        token_bitmask, bitmask_index: optional vocabulary mask per position (rows b*B + j; as in
+            verify_greedy; needs logits): draft j+1 is accepted only if allowed at row j.
         out: optional (num_correct (bs,) int32, bonus (bs,) int64) contiguous buffers.
 
     Returns:
         num_correct (bs,) int32 in [0, B-1] and bonus (bs,) int64 = target token at num_correct.
     """
     bs, width = candidates.shape
-    predicted = target_tokens(target_predict, bs, width)
-    matches = (candidates[:, 1:].to(torch.int64) == predicted[:, :-1]).to(torch.int64)
+    predicted = target_tokens(target_predict, bs, width, token_bitmask, bitmask_index)
+    drafts = candidates[:, 1:].to(torch.int64)
+    rows = torch.arange(bs * width, dtype=torch.int64, device=drafts.device).view(bs, width)[:, :-1]
+    allowed = _allowed_at(token_bitmask, bitmask_index, bs * width, rows, drafts)
+    matches = ((drafts == predicted[:, :-1]) & allowed).to(torch.int64)
     num_correct = matches.cumprod(dim=1).sum(dim=1)
     bonus = predicted.gather(1, num_correct[:, None])[:, 0]
     if out is None:
@@ -439,21 +505,28 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, out:
 @register_op("verify_chain_sampling", family="verify", check=check_verify_chain_sampling, fake=fake_verify_chain_sampling)
 def verify_chain_sampling(
     draft_ids: torch.Tensor,
-    draft_probs: torch.Tensor,
+    draft_probs: Optional[torch.Tensor],
     target_probs: torch.Tensor,
     coins: torch.Tensor,
     final_coins: torch.Tensor,
     *,
+    token_bitmask: Optional[torch.Tensor] = None,
+    bitmask_index: Optional[torch.Tensor] = None,
     out: Optional[Verdict] = None,
 ) -> Verdict:
     """Chain rejection sampling with the true draft distribution q (P8).
 
     Args:
         draft_ids: (bs, S) int32/int64 drafted tokens x_1..x_S (x_s ~ q_s).
-        draft_probs: (bs, S, V) or (bs*S, V) float32: q_s, the distribution x_s was drawn from.
+        draft_probs: (bs, S, V) or (bs*S, V) float32: q_s, the distribution x_s was drawn from;
+            or None for a deterministic draft (n-gram, prompt lookup): q_s is one-hot at x_s, so
+            step s accepts iff u_s < p(x_s) and the residual is p with x_s removed.
         target_probs: (bs, S+1, V) or (bs*(S+1), V) float32: the target at the root and each draft.
         coins: (bs, S) float32 in [0, 1): step s accepts iff coins[:, s-1] * q(x_s) < p(x_s).
         final_coins: (bs,) float32 in [0, 1): coin of the final token.
+        token_bitmask, bitmask_index: optional vocabulary mask per target row (rows b*(S+1) + s;
+            spec_hal/masks.py): masked target probabilities count as 0, so a masked draft is
+            never accepted and a masked token never emitted.
         out: optional Verdict of contiguous int32 buffers (N = S+1 nodes per request).
 
     Returns:
@@ -461,12 +534,19 @@ def verify_chain_sampling(
         accept_index (bs, S+1), num_correct, accept_lens.
     """
     bs, steps = draft_ids.shape
-    vocab = draft_probs.shape[-1]
-    q = sanitize_probs(draft_probs.reshape(bs, steps, vocab))
-    p = sanitize_probs(target_probs.reshape(bs, steps + 1, vocab))
+    vocab = target_probs.shape[-1]
     ids = draft_ids.to(torch.int64)
     in_vocab = (ids >= 0) & (ids < vocab)
     safe_ids = ids.clamp(0, vocab - 1)[:, :, None]
+    if draft_probs is None:  # a deterministic draft: q_s is one-hot at x_s
+        q = torch.zeros(bs, steps, vocab, dtype=torch.float32, device=ids.device)
+        q.scatter_(2, safe_ids, in_vocab[:, :, None].to(torch.float32))
+    else:
+        q = sanitize_probs(draft_probs.reshape(bs, steps, vocab))
+    p = sanitize_probs(target_probs.reshape(bs, steps + 1, vocab))
+    if token_bitmask is not None:
+        allowed = allowed_matrix(token_bitmask, bitmask_index, bs * (steps + 1), vocab).view(bs, steps + 1, vocab)
+        p = torch.where(allowed, p, torch.zeros_like(p))
     p_draft = torch.where(in_vocab, p[:, :steps].gather(2, safe_ids)[:, :, 0], torch.zeros(ids.shape, device=ids.device))
     q_draft = torch.where(in_vocab, q.gather(2, safe_ids)[:, :, 0], torch.zeros(ids.shape, device=ids.device))
     accepted = sanitize_coins(coins) * q_draft < p_draft
@@ -482,4 +562,117 @@ def verify_chain_sampling(
     path = torch.where(chain <= num_correct[:, None], chain, torch.full_like(chain, -1))
     cand = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=ids.device), ids], dim=1)
     next_tokens = _next_tokens(path, cand, num_correct, final, nodes)
+    return _verdict(path, num_correct, next_tokens, nodes, out)
+
+
+# ----------------------------------------------------------------------------------------------
+# tree verification with the draft distribution (multi-draft recursive rejection sampling)
+
+
+def check_verify_tree_sampling(tree, candidates, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
+                               out=None) -> None:
+    bs, nodes, device = _check_tree(tree)
+    checks.tensor("candidates", candidates, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, nodes))
+    vocab = _check_probs("target_probs", target_probs, bs, nodes, device)
+    if _check_probs("draft_probs", draft_probs, bs, nodes, device) != vocab:
+        raise checks.InvalidInput("draft_probs", f"the vocabulary of target_probs (V = {vocab})", f"shape {tuple(draft_probs.shape)}")
+    checks.tensor("coins", coins, dtypes=(torch.float32,), device=device, shape=(bs, nodes))
+    checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
+    check_bitmask(token_bitmask, bitmask_index, rows=bs * nodes, vocab=vocab, device=device)
+    _check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
+
+
+def fake_verify_tree_sampling(tree, candidates, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
+                              out=None) -> Verdict:
+    bs, nodes = candidates.shape
+    return fake_verdict(candidates, bs, nodes, tree.num_steps + 1)
+
+
+@register_op("verify_tree_sampling", family="verify", check=check_verify_tree_sampling, fake=fake_verify_tree_sampling)
+def verify_tree_sampling(
+    tree: DraftTree,
+    candidates: torch.Tensor,
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    coins: torch.Tensor,
+    final_coins: torch.Tensor,
+    *,
+    token_bitmask: Optional[torch.Tensor] = None,
+    bitmask_index: Optional[torch.Tensor] = None,
+    out: Optional[Verdict] = None,
+) -> Verdict:
+    """Tree speculative sampling with the true draft distribution (multi-draft recursive rejection
+    sampling, SpecInfer): lossless when the children of every node j were drawn independently
+    from ``q_j = draft_probs[b, j]`` (with replacement; duplicates allowed).
+
+    At the last accepted node j the residual starts as ``r = p_j`` (the target row). Children are
+    scanned in link order; child c with token x and coin ``u = coins[b, c]`` is accepted iff
+    ``u * q_j(x) < r(x) / sum(r)`` (i.e. with probability min(1, r_norm(x) / q_j(x))); a rejection
+    sets ``r = max(0, r / sum(r) - q_j)``. The first accepted child becomes the next node; if none is, or
+    at depth S, the final token samples r (the target row p of the last node if nothing was
+    rejected there). Exact arithmetic: p and q are sanitised then quantised to ``floor(. * 2^40)``
+    int64 (sums are exact), the test is evaluated as ``float64(u) * float64(q(x)) * float64(sum r)
+    < float64(r(x)) * 2^40`` and the update as ``floor(max(0, float64(r) / float64(sum r) -
+    float64(q) / 2^40) * 2^40)``: elementwise IEEE float64, so every device decides the same. The final token is drawn from the integer r as in
+    ``verify_sampling`` (fallback: the quantised target row, then id 0). Masks: masked target
+    probabilities are 0, so a masked child is never accepted nor a masked token emitted.
+
+    Args:
+        tree: a DraftTree; candidates: (bs, N) int32/int64 node tokens.
+        draft_probs: (bs, N, V) or (bs*N, V) float32: q_j, the distribution node j's children
+            were sampled from.
+        target_probs: (bs, N, V) or (bs*N, V) float32 target distribution at every node.
+        coins: (bs, N) float32 in [0, 1): the acceptance coin of each node (as a child).
+        final_coins: (bs,) float32 in [0, 1).
+        token_bitmask, bitmask_index: optional vocabulary mask per node (spec_hal/masks.py).
+        out: optional Verdict of contiguous int32 buffers.
+
+    Returns:
+        Verdict (see verify_greedy). No Triton kernel yet: every backend runs this reference on
+        its device (integer arithmetic and elementwise float64, identical everywhere).
+    """
+    bs, nodes = candidates.shape
+    vocab = target_probs.shape[-1]
+    device = candidates.device
+    p = sanitize_probs(target_probs.reshape(bs, nodes, vocab))
+    if token_bitmask is not None:
+        p = torch.where(allowed_matrix(token_bitmask, bitmask_index, bs * nodes, vocab).view(bs, nodes, vocab), p, torch.zeros_like(p))
+    p_int = quantize(p)
+    q_int = quantize(sanitize_probs(draft_probs.reshape(bs, nodes, vocab)))
+    u = sanitize_coins(coins).to(torch.float64)
+    cand = candidates.to(torch.int64)
+    rows = torch.arange(bs, device=device)
+    state = {"r": p_int[:, 0].clone()}
+
+    def accept_child(kind, last, child):
+        if kind == "level":
+            return None
+        if kind == "accepted":  # a new node: its residual starts as its target row
+            moved = child >= 0
+            state["r"] = torch.where(moved[:, None], p_int[rows, child.clamp(min=0)], state["r"])
+            return None
+        scanning = child >= 0
+        node = child.clamp(min=0)
+        token = cand.gather(1, node[:, None])[:, 0]
+        in_vocab = (token >= 0) & (token < vocab)
+        x = token.clamp(0, vocab - 1)
+        r = state["r"]
+        q_row = q_int[rows, last]
+        mass = r.sum(dim=1).to(torch.float64)
+        r_x = r.gather(1, x[:, None])[:, 0].to(torch.float64)
+        q_x = q_row.gather(1, x[:, None])[:, 0].to(torch.float64)
+        accepted = scanning & in_vocab & (u[rows, node] * q_x * mass < r_x * QUANT_SCALE)
+        rejected = scanning & ~accepted
+        # r <- max(0, r / sum(r) - q), requantised: elementwise float64 (the same on every device).
+        normalised = r.to(torch.float64) / mass.clamp(min=1.0)[:, None]
+        update = (torch.clamp_min(normalised - q_row.to(torch.float64) / QUANT_SCALE, 0.0) * QUANT_SCALE).to(torch.int64)
+        state["r"] = torch.where(rejected[:, None], update, r)
+        return accepted
+
+    path, num_correct, last = _walk(tree, accept_child)
+    residual = state["r"]
+    ids, has_mass = inverse_cdf(residual, sanitize_coins(final_coins))
+    target_ids, target_mass = inverse_cdf(p_int[rows, last], sanitize_coins(final_coins))
+    final = torch.where(has_mass, ids, torch.where(target_mass, target_ids, torch.zeros_like(target_ids)))
+    next_tokens = _next_tokens(path, cand, last, final, nodes)
     return _verdict(path, num_correct, next_tokens, nodes, out)

@@ -31,6 +31,7 @@ BAD_VALUES = {
     ("demo", "--hybrid"): [],  # flags take no value
     ("demo", "--graphs"): [],
     ("demo", "--summary"): [],
+    ("demo", "--grammar"): [],
     ("info", "--backend"): [],
     ("info", "--simulate"): ["mi999", "", "0"],
     ("conformance", "--backend"): [],

@@ -95,3 +95,10 @@ def test_step_report_splits_the_draft_replay_into_model_and_ops():
     assert lines[-2] == "speculative round: 20.000 ms; spec_hal ops 11.000 ms (55.0%), model forwards 9.000 ms (45.0%)"
     assert lines[-1] == "prefill (once, not in the round): 500.000 ms"
     assert "CUDA events" in lines[0] and "untimed first run" in lines[0]
+
+
+def test_demo_grammar_checks_constrained_greedy():
+    code, text = _demo("--max-tokens", "6", "--batch-size", "1", "--grammar")
+    assert code == 0
+    assert "output in the grammar's language: yes" in text
+    assert "speculative output == constrained greedy target output: yes" in text

@@ -1,5 +1,7 @@
 """The tree and draft-loop conformance cases fail on wrong implementations: deliberately broken
 build_tree providers and draft-loop drivers with upstream bugs 1 and 2 (P17, P18)."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -25,10 +27,7 @@ def backend_with(op, fn):
 
 
 def _replace(tree, **fields):
-    values = {name: getattr(tree, name) for name in ("tokens", "positions", "retrieve_index", "retrieve_next_token",
-                                                     "retrieve_next_sibling", "mask", "mask_mode", "num_steps")}
-    values.update(fields)
-    return type(tree)(**values)
+    return dataclasses.replace(tree, **fields)
 
 
 def siblings_descending(*args, **kwargs):

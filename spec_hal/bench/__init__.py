@@ -23,7 +23,7 @@ import importlib
 import sys
 import time
 
-SUITES = ("topk", "verify", "sampling", "kv", "tree", "mamba", "graphs", "draft_step", "host", "coldstart", "compat")
+SUITES = ("topk", "verify", "sampling", "kv", "tree", "mamba", "graphs", "draft_step", "host", "coldstart", "compat", "masks")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -34,6 +34,11 @@ def _verify_calls(device) -> dict:
         "verify_sampling": ((tree, candidates, probs, coins, final_coins), {}),
         "verify_chain": ((chain, chain_predict), {}),
         "verify_chain_sampling": ((chain[:, 1:], draft_probs, target_probs, chain_coins, final_coins), {}),
+        "verify_tree_sampling": ((tree, candidates, probs, probs, coins, final_coins), {}),
+        # Ragged: one request with S drafts (flat layout: T = S drafts, T + bs target rows).
+        "verify_chain_ragged": ((chain[0, 1:], torch.full((BATCH,), STEPS, device=device), chain_predict), dict(max_drafts=STEPS)),
+        "verify_chain_sampling_ragged": ((chain[0, 1:], torch.full((BATCH,), STEPS, device=device), draft_probs[0], target_probs[0],
+                                          chain_coins[0], final_coins), dict(max_drafts=STEPS)),
     }
 
 

@@ -6,11 +6,14 @@ and positions are ``seq_len + depth``. The mask is the "qlen" mode (ancestors an
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import torch
 
 from spec_hal.types import DraftTree
+
+TENSOR_FIELDS = ("tokens", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "mask", "parents", "depth")
 
 
 def tree_from_parents(parents: Sequence[Sequence[int]], *, num_steps: int, seq_lens: Optional[Sequence[int]] = None,
@@ -42,7 +45,16 @@ def tree_from_parents(parents: Sequence[Sequence[int]], *, num_steps: int, seq_l
     retrieve_index = torch.arange(bs * nodes, dtype=torch.int64).reshape(bs, nodes)
     if tokens is None:
         tokens = torch.zeros(bs * nodes, dtype=torch.int64)
-    return DraftTree(tokens.reshape(-1), positions, retrieve_index, next_token, next_sibling, mask, "qlen", num_steps)
+    reachable = torch.zeros(bs, nodes, dtype=torch.bool)
+    reachable[:, 0] = True
+    node_parents = torch.full((bs, nodes), -1, dtype=torch.int64)
+    for b, row in enumerate(parents):
+        for j in range(1, nodes):  # parents precede their children
+            if 0 <= row[j] < j and reachable[b, row[j]]:
+                reachable[b, j] = True
+                node_parents[b, j] = row[j]
+    return DraftTree(tokens.reshape(-1), positions, retrieve_index, next_token, next_sibling, mask, "qlen", num_steps,
+                     parents=node_parents, depth=torch.where(reachable, depth, torch.full_like(depth, -1)))
 
 
 def random_parents(bs: int, nodes: int, num_steps: int, *, generator: torch.Generator, chain_bias: float = 0.0) -> list[list[int]]:
@@ -81,9 +93,7 @@ def random_tree(bs: int, nodes: int, num_steps: int, *, seed: int, vocab: int, c
 
 def tree_to(tree: DraftTree, device) -> DraftTree:
     """The same tree with every tensor on ``device``."""
-    return DraftTree(*(getattr(tree, name).to(device) if getattr(tree, name) is not None else None
-                       for name in ("tokens", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "mask")),
-                     mask_mode=tree.mask_mode, num_steps=tree.num_steps)
+    return dataclasses.replace(tree, **{name: getattr(tree, name).to(device) for name in TENSOR_FIELDS if getattr(tree, name) is not None})
 
 
 def golden_tree() -> tuple[DraftTree, torch.Tensor]:
@@ -102,4 +112,6 @@ def replicate(tree: DraftTree, bs: int) -> DraftTree:
     mask = tree.mask.expand(bs, nodes, nodes).contiguous() if tree.mask is not None else None
     return DraftTree(tree.tokens.repeat(bs), tree.positions.repeat(bs), torch.arange(bs * nodes, dtype=torch.int64).reshape(bs, nodes),
                      tree.retrieve_next_token.expand(bs, nodes).contiguous(), tree.retrieve_next_sibling.expand(bs, nodes).contiguous(),
-                     mask, tree.mask_mode, tree.num_steps)
+                     mask, tree.mask_mode, tree.num_steps,
+                     parents=tree.parents.repeat(bs, 1) if tree.parents is not None else None,
+                     depth=tree.depth.repeat(bs, 1) if tree.depth is not None else None)

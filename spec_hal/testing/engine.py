@@ -54,6 +54,7 @@ class EngineConfig:
     temperature: float = 0.0
     graphs: bool = False
     max_tokens: int = 16
+    grammar: Optional[object] = None  # e.g. testing.grammar.ModularSumGrammar: constrains the output
     max_rounds: Optional[int] = None  # stop after this many rounds even if tokens are missing (fixed-length runs)
 
 
@@ -289,7 +290,7 @@ class SpeculativeEngine:
         bs = roots.shape[0]
         return {"tokens": tree.tokens.view(bs, -1), "positions": tree.positions.view(bs, -1),
                 "retrieve_index": tree.retrieve_index, "retrieve_next_token": tree.retrieve_next_token,
-                "retrieve_next_sibling": tree.retrieve_next_sibling, "mask": tree.mask}
+                "retrieve_next_sibling": tree.retrieve_next_sibling, "mask": tree.mask, "parents": tree.parents, "depth": tree.depth}
 
     def _build_graph(self, batch_size: int) -> None:
         """Capture draft + tree for this batch size (capture synchronises: never inside the guard)."""
@@ -308,22 +309,33 @@ class SpeculativeEngine:
         return DraftTree(tokens=out["tokens"].reshape(-1), positions=out["positions"].reshape(-1),
                          retrieve_index=out["retrieve_index"], retrieve_next_token=out["retrieve_next_token"],
                          retrieve_next_sibling=out["retrieve_next_sibling"], mask=out["mask"], mask_mode="qlen",
-                         num_steps=self.config.steps)
+                         num_steps=self.config.steps, parents=out["parents"], depth=out["depth"])
 
     # -- one round -----------------------------------------------------------------------------
 
-    def _verify(self, tree: DraftTree, logits: torch.Tensor, coins):
+    def _verify(self, tree: DraftTree, logits: torch.Tensor, coins, bitmask=None):
         bs, nodes = tree.batch_size, tree.num_nodes
         candidates = tree.tokens.view(bs, nodes)
+        masks = {} if bitmask is None else {"token_bitmask": bitmask}
+        logits = logits.reshape(bs * nodes, -1)
         if self.config.temperature == 0:
-            return self.ops.verify_greedy(tree, candidates, logits.reshape(bs * nodes, -1))
-        probs = torch.softmax(logits.reshape(bs * nodes, -1) / self.config.temperature, dim=-1).float()
-        return self.ops.verify_sampling(tree, candidates, probs, coins[0], coins[1])
+            return self.ops.verify_greedy(tree, candidates, logits, **masks)
+        if bitmask is not None:  # the constrained distribution: mask the logits, then softmax
+            logits = self.ops.apply_token_bitmask_(logits.clone(), bitmask)
+        probs = torch.softmax(logits / self.config.temperature, dim=-1).float()
+        return self.ops.verify_sampling(tree, candidates, probs, coins[0], coins[1], **masks)
 
-    def _round(self, state: DraftState, seq_lens: torch.Tensor, coins):
-        """One draft-verify-commit round. Returns (emitted (bs, N), verdict, new roots)."""
+    def _round(self, state: DraftState, seq_lens: torch.Tensor, coins, grammar_states=None):
+        """One draft-verify-commit round. Returns (emitted (bs, N), verdict, new roots, grammar
+        states after the emitted tokens (or None))."""
         ops, timer, bs = self.ops, self.timer, seq_lens.shape[0]
         tree = self._draft_tree(state)
+        bitmask = states_at_nodes = None
+        if grammar_states is not None:  # each node's mask row: the grammar after its path
+            from .grammar import node_states
+
+            states_at_nodes = node_states(self.config.grammar, tree, grammar_states)
+            bitmask = self.config.grammar.bitmask(states_at_nodes)
         with timer.section(TARGET):
             nodes = tree.num_nodes
             slots = self.cache.req_to_token[self.req_pool_indices[:, None], seq_lens[:, None] + torch.arange(nodes, device=self.device)]
@@ -331,7 +343,7 @@ class SpeculativeEngine:
             logits, states = self._target_forward(tree.tokens.view(bs, nodes), tree.positions.view(bs, nodes),
                                                   tree_parents(tree.mask), tree.mask, slots, seq_lens, live)
         with timer.section("verify_greedy" if self.config.temperature == 0 else "verify_sampling"):
-            verdict = self._verify(tree, logits, coins)
+            verdict = self._verify(tree, logits, coins, bitmask)
         with timer.section("bonus_tokens"):
             roots = ops.bonus_tokens(verdict).long()
         with timer.section("compact_accepted"):
@@ -345,7 +357,10 @@ class SpeculativeEngine:
                 ops.commit_mamba_state(verdict=verdict, seq_lens=seq_lens, slots=self.mamba_slots,
                                        ssm_state=self.ssm_pool, ssm_intermediate=states[0][None],
                                        conv_state=self.conv_pool, conv_intermediate=states[1][None])
-        return emitted, verdict, roots
+        if states_at_nodes is not None:
+            last = verdict.accept_index.long().gather(1, verdict.accept_lens.long()[:, None] - 1)[:, 0] % tree.num_nodes
+            grammar_states = self.config.grammar.advance(states_at_nodes.gather(1, last[:, None])[:, 0], roots)
+        return emitted, verdict, roots, grammar_states
 
     def _draw_coins(self, generator: Optional[torch.Generator], bs: int):
         if self.config.temperature == 0:
@@ -374,6 +389,7 @@ class SpeculativeEngine:
         roots = prompt[:, -1].contiguous()
         if cfg.graphs:
             self._build_graph(bs)
+        grammar_states = cfg.grammar.initial_state(bs, device) if cfg.grammar is not None else None
         with self.guard(device):
             with self.timer.section(PREFILL):
                 self._prefill(prompt)
@@ -383,7 +399,7 @@ class SpeculativeEngine:
             coins = self._draw_coins(generator, bs)
             with self.guard(device):
                 active_history.append(out_lens < cfg.max_tokens)
-                emitted, verdict, roots = self._round(state, seq_lens, coins)
+                emitted, verdict, roots, grammar_states = self._round(state, seq_lens, coins, grammar_states)
                 accept_lens = verdict.accept_lens.long()
                 columns = out_lens[:, None] + node_columns
                 columns = torch.where((node_columns < accept_lens[:, None]) & (columns < width - 1), columns, width - 1)

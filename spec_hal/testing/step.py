@@ -163,6 +163,13 @@ def _cpu_examples() -> list[tuple[str, str, tuple, dict]]:
                  conv_state=x["conv_state"], conv_intermediate=x["conv_intermediate"])
     draft = dict(req_pool_indices=x["req_pool_indices"], seq_lens=seq_lens, num_steps=2, topk=TOPK, page_size=4)
     rows = bs * 3 * TOPK * 2  # assign_draft_slots with page_size 4: holes = (K-1)(P-1) = 3 per request
+    node_mask = spec_hal.pack_bitmask(torch.rand(bs * NODES, vocab, generator=gen) < 0.7)
+    draft_probs = torch.softmax(torch.randn(bs, NODES, vocab, generator=gen), dim=-1)
+    counts = torch.randint(0, 4, (bs,), generator=gen)  # ragged chains, max_drafts 3
+    flat = int(counts.sum())
+    ragged_drafts = torch.randint(0, vocab, (flat,), generator=gen)
+    ragged_probs = torch.softmax(torch.randn(flat + bs, vocab, generator=gen), dim=1)
+    ragged_sampling = (ragged_drafts, counts, ragged_probs[:flat], ragged_probs, torch.rand(flat, generator=gen), torch.rand(bs, generator=gen))
     return [
         ("draft_topk", "draft_topk", (x["logits"], TOPK), {}),
         ("draft_topk-token_map", "draft_topk", (x["logits"], 3), {"token_map": torch.randperm(vocab, generator=gen) * 2}),
@@ -187,6 +194,21 @@ def _cpu_examples() -> list[tuple[str, str, tuple, dict]]:
          (chain[:, :2], chain_probs[: bs * 2], chain_probs, torch.rand(bs, 2, generator=gen), torch.rand(bs, generator=gen)), {}),
         ("verify_chain_sampling-out", "verify_chain_sampling",
          (chain[:, :2], chain_probs[: bs * 2], chain_probs, torch.rand(bs, 2, generator=gen), torch.rand(bs, generator=gen)), {"out": _empty_verdict(bs, 3, 3)}),
+        ("verify_greedy-masked", "verify_greedy", (tree, candidates, target_logits),
+         {"token_bitmask": node_mask[:2], "bitmask_index": torch.arange(bs * NODES) % 3 - 1}),
+        ("verify_tree_sampling", "verify_tree_sampling", (tree, candidates, draft_probs, target_probs, x["coins"], x["final_coins"]),
+         {"token_bitmask": node_mask}),
+        ("verify_tree_sampling-out", "verify_tree_sampling", (tree, candidates, draft_probs, target_probs, x["coins"], x["final_coins"]),
+         {"out": _empty_verdict(bs, NODES, 3)}),
+        ("verify_chain_ragged", "verify_chain_ragged", (ragged_drafts, counts, ragged_probs.log()), {"max_drafts": 3}),
+        ("verify_chain_ragged-out", "verify_chain_ragged", (ragged_drafts, counts, ragged_probs.argmax(1)),
+         {"max_drafts": 3, "out": _empty_verdict(bs, 4, 4)}),
+        ("verify_chain_sampling_ragged", "verify_chain_sampling_ragged", ragged_sampling, {"max_drafts": 3}),
+        ("verify_chain_sampling_ragged-out", "verify_chain_sampling_ragged", (ragged_drafts, counts, None, *ragged_sampling[3:]),
+         {"max_drafts": 3, "out": _empty_verdict(bs, 4, 4)}),
+        ("apply_token_bitmask_", "apply_token_bitmask_", (target_logits.clone(), node_mask), {}),
+        ("apply_token_bitmask_-index", "apply_token_bitmask_", (target_logits.clone(), node_mask[:2]),
+         {"bitmask_index": torch.arange(bs * NODES, dtype=torch.int32) % 3 - 1}),
         ("bonus_tokens", "bonus_tokens", (verdict,), {}),
         ("bonus_tokens-out", "bonus_tokens", (verdict,), {"out": torch.empty(bs, dtype=torch.int32)}),
         ("compact_accepted", "compact_accepted", (x["hidden_table"][tree.tokens], verdict), {}),

@@ -148,7 +148,9 @@ class TensorParallelEngine(SpeculativeEngine):
             examples["final_coins"] = torch.empty(0, device=device)
         self._verify_graph = GraphRunner(self._verify_tensors, inputs=examples, batch_sizes=(batch_size,))
 
-    def _verify(self, tree: DraftTree, logits: torch.Tensor, coins) -> Verdict:
+    def _verify(self, tree: DraftTree, logits: torch.Tensor, coins, bitmask=None) -> Verdict:
+        if bitmask is not None:
+            raise ValueError("the tensor-parallel loop does not support EngineConfig.grammar yet")
         inputs = self._verify_inputs(tree, logits, coins)
         out = self._verify_graph.run(**inputs) if self._verify_graph is not None else self._verify_tensors(**inputs)
         return Verdict(predict=out["predict"].reshape(-1), accept_index=out["accept_index"],
@@ -156,14 +158,14 @@ class TensorParallelEngine(SpeculativeEngine):
 
     # -- consensus after every round ----------------------------------------------------------
 
-    def _round(self, state, seq_lens, coins):
-        emitted, verdict, roots = super()._round(state, seq_lens, coins)
+    def _round(self, state, seq_lens, coins, grammar_states=None):
+        emitted, verdict, roots, grammar_states = super()._round(state, seq_lens, coins, grammar_states)
         self.rounds_done += 1
         if self.consensus_every and self.rounds_done % self.consensus_every == 0:
             with self.timer.section("consensus"):
                 check_consensus({"emitted tokens": emitted, "accept_lens": verdict.accept_lens, "bonus tokens": roots},
                                 group=self.group, reference=self.src, what=f"round {self.rounds_done}")
-        return emitted, verdict, roots
+        return emitted, verdict, roots, grammar_states
 
     @property
     def graph_modes(self) -> dict:

@@ -211,3 +211,29 @@ def test_e2e_sampling_matches_target_distribution(backend):
 
 def test_e2e_mamba_live_state_is_sequential_state(backend):
     check_mamba_live_state(backend)
+
+
+def check_grammar_constrained_greedy(backend, *, steps, topk, draft_tokens, bs=2, ops=None) -> None:
+    """Structured output: with a grammar (a regular language over the vocabulary whose state
+    depends on the whole history, so every tree node's mask row comes from its root-to-node path),
+    speculative output equals constrained greedy decoding of the target token for token, stays in
+    the language, and differs from unconstrained decoding (so the grammar really constrained it)."""
+    from spec_hal.testing.grammar import ModularSumGrammar
+
+    seed = 7 * steps + topk
+    target = TargetModel(vocab_size=VOCAB, hidden_size=HIDDEN, context_gain=CONTEXT_GAIN, seed=seed)
+    draft = NoisyDraftModel(target, noise=DRAFT_NOISE, seed=seed + 1)
+    grammar = ModularSumGrammar(vocab_size=VOCAB, modulus=3)
+    prompt = prompts(bs, seed=seed)
+    config = EngineConfig(steps=steps, topk=topk, draft_tokens=draft_tokens, max_tokens=MAX_TOKENS, grammar=grammar)
+    result = run_engine(backend, target, draft, config, prompt, ops=ops)
+    target.to("cpu")
+    expected = grammar.greedy(target, prompt, MAX_TOKENS)
+    assert result.tokens.tolist() == expected.tolist(), f"speculative {result.tokens.tolist()} != constrained greedy {expected.tolist()}"
+    assert grammar.accepts(result.tokens)
+    assert not grammar.accepts(target.greedy(prompt, MAX_TOKENS)), "the grammar did not constrain this prompt: pick another seed"
+
+
+@pytest.mark.parametrize("steps, topk, draft_tokens", ((3, 1, 4), (3, 4, 8)))
+def test_e2e_grammar_constrained_greedy(backend, steps, topk, draft_tokens):
+    check_grammar_constrained_greedy(backend, steps=steps, topk=topk, draft_tokens=draft_tokens)

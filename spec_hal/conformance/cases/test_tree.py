@@ -6,12 +6,14 @@ through expand_tree and organize_draft on the backend under test.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from spec_hal.conformance.guards import assert_rejects, embedded_input, no_host_sync
 from spec_hal.conformance.tree_inputs import feasible, orphan_draft_tree, random_draft_tree, random_step_probs
-from spec_hal.tree import bitpacked_dtype
+from spec_hal.tree import bitpacked_dtype, tree_parents, tree_paths
 from spec_hal.tree import expand_tree as reference_expand_tree
 from spec_hal.tree import organize_draft as reference_organize_draft
 
@@ -64,7 +66,7 @@ def _build(backend, inputs, mask_mode, *, margin_value=ID_MARGIN):
 
 
 def _assert_same_tree(tree, expected, what: str):
-    for field in ("tokens", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "mask"):
+    for field in ("tokens", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "mask", "parents", "depth"):
         actual, wanted = getattr(tree, field).cpu(), getattr(expected, field)
         assert actual.dtype == wanted.dtype and actual.shape == wanted.shape, \
             f"{what}: {field} is {actual.dtype}{tuple(actual.shape)}, expected {wanted.dtype}{tuple(wanted.shape)}"
@@ -220,6 +222,8 @@ def test_build_tree_golden(backend, mask_mode, index_dtype):
     assert tree.retrieve_next_sibling.cpu().tolist() == GOLDEN_NEXT_SIBLING
     assert tree.retrieve_index.cpu().tolist() == [list(range(8)), list(range(8, 16))]
     assert tree.tokens.cpu().tolist() == GOLDEN_TOKENS
+    assert tree.parents.cpu().tolist() == GOLDEN_PARENT_OF
+    assert tree.depth.cpu().tolist() == [[p - 5 for p in GOLDEN_POSITIONS[:8]], [p - 10 for p in GOLDEN_POSITIONS[8:]]]
     assert tree.num_steps == 4 and tree.accept_width == 5
     mask = _golden_mask(GOLDEN_PARENT_OF)
     if mask_mode == "qlen":
@@ -247,6 +251,8 @@ def test_build_tree_random(backend, bs, topk, steps, nodes):
         trees[mask_mode] = _build(backend, inputs, mask_mode)
         _assert_same_tree(trees[mask_mode], inputs.build(mask_mode=mask_mode), f"build_tree mask_mode={mask_mode}")
     check_tree_invariants(next(iter(trees.values())), inputs, all_reachable=True)
+    if bs <= 3:
+        _check_paths(next(iter(trees.values())))
     if len(trees) > 1:
         check_mask_modes_agree(trees, inputs.seq_lens)
 
@@ -307,6 +313,33 @@ def test_build_tree_missing_parent(backend, topk, steps, nodes):
     next_token, next_sibling = trees["qlen"].retrieve_next_token.cpu(), trees["qlen"].retrieve_next_sibling.cpu()
     assert not (next_token[0] == orphan).any() and not (next_sibling[0] == orphan).any(), "the orphan node is linked"
     assert next_token[0, orphan] == -1 and next_sibling[0, orphan] == -1
+    assert int(trees["qlen"].parents[0, orphan]) == -1 and int(trees["qlen"].depth[0, orphan]) == -1
+    _check_paths(trees["qlen"])
+
+
+def _check_paths(tree) -> None:
+    """tree_paths walks the retrieve links: derived parents equal the recorded ones, every path
+    starts at the root, ends at its node at its depth, and each step is a linked child."""
+    recorded = (tree.parents.cpu(), tree.depth.cpu())
+    derived = tree_parents(dataclasses.replace(tree, parents=None, depth=None))
+    assert torch.equal(derived[0].cpu(), recorded[0]) and torch.equal(derived[1].cpu(), recorded[1]), \
+        "parents/depth derived from the links differ from the recorded ones"
+    paths = tree_paths(tree).cpu()
+    next_token, next_sibling = tree.retrieve_next_token.cpu(), tree.retrieve_next_sibling.cpu()
+    for b in range(tree.batch_size):
+        for j in range(tree.num_nodes):
+            depth = int(recorded[1][b, j])
+            row = paths[b, j].tolist()
+            if depth < 0:
+                assert all(entry == -1 for entry in row)
+                continue
+            assert row[0] == 0 and row[depth] == j and all(entry == -1 for entry in row[depth + 1:])
+            for parent, child in zip(row[:depth], row[1:depth + 1]):
+                children, cur = [], int(next_token[b, parent])
+                while cur != -1:
+                    children.append(cur)
+                    cur = int(next_sibling[b, cur])
+                assert child in children, f"path of node {j}: {child} is not a linked child of {parent}"
 
 
 @pytest.mark.spec_hal_op("build_tree")

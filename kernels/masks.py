@@ -1,0 +1,103 @@
+"""Triton kernels of family ``masks``. Semantics: spec_hal/masks.py.
+
+Device helpers other kernels import (``from .masks import mask_row_base, token_allowed``):
+
+* ``mask_row_base(index_ptr, rows, ok, width, HAS_INDEX)``: each row's mask row as a word offset
+  (int64) and whether it is constrained. Without an index row r uses mask row r.
+* ``token_allowed(mask_ptr, base, constrained, tokens, ok, width)``: the bit of ``tokens`` in
+  the row's mask; True where the row is unconstrained. An unconstrained row loads nothing, so
+  rows without a grammar cost no memory traffic.
+
+``_apply_bitmask_kernel`` (grid: rows x tiles) never reads the logits: it stores -inf where a
+constrained row's bit is clear, so it moves V/32 words per constrained row and nothing for
+unconstrained rows.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .launch import KernelTarget, runtime_specialized
+
+
+@triton.jit
+def mask_row_base(index_ptr, rows, ok, num_masks, width, HAS_INDEX: tl.constexpr):
+    """(word offset of each row's mask row (int64), constrained (bool)) for row ids ``rows``."""
+    if HAS_INDEX:
+        mask_row = tl.load(index_ptr + rows, mask=ok, other=-1).to(tl.int64)
+    else:
+        mask_row = tl.where(ok, rows.to(tl.int64), -1)
+    constrained = ok & (mask_row >= 0) & (mask_row < num_masks)
+    return tl.where(constrained, mask_row, 0) * width, constrained
+
+
+@triton.jit
+def token_allowed(mask_ptr, base, constrained, tokens, ok, width):
+    """Bit ``tokens`` of the mask words at ``base`` (shapes broadcast); True where unconstrained.
+    A token outside [0, 32 * width) is not allowed at a constrained row."""
+    tokens = tokens.to(tl.int64)
+    in_range = (tokens >= 0) & (tokens < width * 32)
+    load = ok & constrained & in_range
+    word = tl.load(mask_ptr + base + tl.where(in_range, tokens >> 5, 0), mask=load, other=0)
+    bit = (word >> tl.where(in_range, tokens & 31, 0).to(tl.int32)) & 1
+    return tl.where(constrained, in_range & (bit != 0), True)
+
+
+@triton.jit
+def _apply_bitmask_kernel(logits_ptr, stride_row, stride_col, vocab, mask_ptr, index_ptr, num_masks, width,
+                          BLOCK: tl.constexpr, HAS_INDEX: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_vocab = cols < vocab
+    base, constrained = mask_row_base(index_ptr, row, True, num_masks, width, HAS_INDEX)
+    allowed = token_allowed(mask_ptr, base, constrained, cols, in_vocab, width)
+    tl.store(logits_ptr + row.to(tl.int64) * stride_row + cols.to(tl.int64) * stride_col, float("-inf"),
+             mask=in_vocab & constrained & (allowed == 0))
+
+
+def _block(target: KernelTarget, vocab: int) -> int:
+    if target.vendor == "interpreter":
+        return min(max(triton.next_power_of_2(vocab), 32), 65536)
+    return min(1024, max(triton.next_power_of_2(vocab), 128))  # 4 elements per thread at 256 threads
+
+
+def apply_token_bitmask_(logits: torch.Tensor, token_bitmask: torch.Tensor, *, bitmask_index: Optional[torch.Tensor] = None,
+                         target: KernelTarget) -> torch.Tensor:
+    """Triton provider of ``apply_token_bitmask_`` (arguments validated by the caller)."""
+    rows, vocab = logits.shape
+    if rows == 0:
+        return logits
+    block = _block(target, vocab)
+    index = bitmask_index if bitmask_index is not None else token_bitmask  # placeholder, never read
+    _apply_bitmask_kernel[(rows, triton.cdiv(vocab, block))](
+        logits, logits.stride(0), logits.stride(1), vocab, token_bitmask.contiguous(), index, token_bitmask.shape[0],
+        token_bitmask.shape[1], BLOCK=block, HAS_INDEX=bitmask_index is not None, num_warps=target.warps(256))
+    return logits
+
+
+PROVIDERS = {"apply_token_bitmask_": (apply_token_bitmask_, "kernels/masks.py: write-only -inf store per masked token")}
+
+
+def compile_specs(target: KernelTarget):
+    specs = []
+    for rows, vocab in ((64, 151936), (3, 100)):
+        block = _block(target, vocab)
+        width = triton.cdiv(vocab, 32)
+        for logit_type in ("fp32", "bf16", "fp16", "fp64"):
+            for index_type, has_index in (("*i32", True), ("*i64", True), ("*i32", False)):
+                signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
+                             "mask_ptr": "*i32", "index_ptr": index_type, "num_masks": "i32", "width": "i32",
+                             "BLOCK": "constexpr", "HAS_INDEX": "constexpr"}
+                constexprs = {"BLOCK": block, "HAS_INDEX": has_index}
+                specs.append((_apply_bitmask_kernel, signature, constexprs, target.warps(256)))
+                specs.append(runtime_specialized(target, _apply_bitmask_kernel, signature, constexprs, target.warps(256),
+                                                 values={"stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_masks": rows,
+                                                         "width": width}))
+    return specs
+
+
+def describe_launch(target: KernelTarget) -> list[str]:
+    return [f"apply_token_bitmask_ V=151936: BLOCK={_block(target, 151936)}, {target.warps(256)} warps, logits never read"]

@@ -1,0 +1,124 @@
+"""Triton kernels of family ``ragged``. Semantics and layout: spec_hal/ragged.py.
+
+``verify_chain_ragged``: the fused argmax (``kernels/verify.py``'s tile kernel, masks included)
+runs over the T + bs flat target rows only, so a request with c_b drafts costs c_b + 1 rows, not
+max_drafts + 1; then ``_ragged_chain_greedy_kernel`` (grid: request blocks) merges each request's
+tiles at its rows r_b .. r_b + c_b, matches the drafts and writes the padded Verdict.
+
+``verify_chain_sampling_ragged`` has no kernel yet: the Triton backends run its reference on the
+device (a gather into the padded layout, then ``verify_chain_sampling``'s reference).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from spec_hal.ragged import chain_layout
+from spec_hal.types import Verdict
+
+from .launch import KernelTarget, runtime_specialized
+from .masks import mask_row_base, token_allowed
+from .verify import MaskArgs, _merge_argmax, _pow2, _target_source, _verdict_buffers, walk_launch
+
+
+@triton.jit
+def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_drafts, total_rows,
+                                mask_ptr, index_ptr, num_masks, mask_width,
+                                predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, max_drafts,
+                                BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
+                                HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
+    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    req_ok = req < bs
+    req64 = req.to(tl.int64)
+    lanes = tl.arange(0, N_PAD)
+    nodes = max_drafts + 1
+    count = tl.load(counts_ptr + req, mask=req_ok, other=0).to(tl.int64)
+    count = tl.minimum(tl.maximum(count, 0), max_drafts)
+    start = tl.load(starts_ptr + req, mask=req_ok, other=0)
+    rows = start[:, None] + lanes[None, :]
+    row_ok = req_ok[:, None] & (lanes[None, :] <= count[:, None]) & (rows < total_rows)
+    if FROM_LOGITS:
+        target = tl.where(row_ok, _merge_argmax(tile_max_ptr, tile_id_ptr, rows, row_ok, num_tiles, TILES_PAD), -1)
+    else:
+        target = tl.load(target_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
+    # Draft j is checked against row j; it sits at flat index (row of draft j) - (b + 1), clamped
+    # into [0, T) exactly as the reference's gather.
+    draft_index = tl.minimum(tl.maximum(rows - req64[:, None], 0), num_drafts - 1)  # -1 only when T = 0
+    next_ok = req_ok[:, None] & (lanes[None, :] + 1 <= count[:, None]) & (rows + 1 < total_rows) & (draft_index >= 0)
+    drafts = tl.load(drafts_ptr + draft_index, mask=next_ok, other=-1).to(tl.int64)
+    mismatch = (next_ok == 0) | (drafts != target) | (drafts < 0)
+    if HAS_MASK:
+        base, constrained = mask_row_base(index_ptr, rows, row_ok, num_masks, mask_width, HAS_INDEX)
+        mismatch = mismatch | (token_allowed(mask_ptr, base, constrained, drafts, next_ok, mask_width) == 0)
+    num_correct = tl.min(tl.where(mismatch, lanes[None, :], N_PAD), axis=1)
+    node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
+    on_path = lanes[None, :] <= num_correct[:, None]
+    out = req64[:, None] * nodes + lanes[None, :]
+    tl.store(predict_ptr + out, tl.where(on_path, target, -1).to(tl.int32), mask=node_ok)
+    tl.store(accept_ptr + out, tl.where(on_path, out, -1).to(tl.int32), mask=node_ok)
+    tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
+    tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+
+
+def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, target_predict: torch.Tensor, *, max_drafts: int,
+                        token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
+                        out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+    """Triton provider of ``verify_chain_ragged`` (arguments validated by the caller)."""
+    bs, total = num_draft_tokens.shape[0], draft_tokens.shape[0]
+    nodes = max_drafts + 1
+    out = _verdict_buffers(bs, nodes, nodes, draft_tokens.device, out)
+    if bs == 0:
+        return out
+    counts, starts = chain_layout(num_draft_tokens, max_drafts)
+    masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
+    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
+    config = walk_launch(target, bs, nodes)
+    warps = _warps(target, config)
+    drafts = draft_tokens.contiguous() if total else counts  # an empty tensor may have no address
+    _ragged_chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
+        drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total + bs, *masks.args,
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts,
+        BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
+        num_warps=warps,
+    )
+    return out
+
+
+def _warps(target: KernelTarget, config) -> int:
+    """128 threads on a GPU: the (N_PAD, TILES_PAD) tile merge spilled at one warp/wave."""
+    return config.warps if target.vendor == "interpreter" else max(config.warps, target.warps(128))
+
+
+PROVIDERS = {"verify_chain_ragged": (verify_chain_ragged, "kernels/ragged.py: tile argmax over the flat rows + ragged prefix match")}
+
+
+def compile_specs(target: KernelTarget):
+    specs = []
+    for bs, max_drafts, num_tiles in ((64, 5, 38), (256, 7, 1), (3, 3, 1)):
+        nodes = max_drafts + 1
+        config = walk_launch(target, bs, nodes)
+        for from_logits, target_type in ((True, "*fp32"), (False, "*i64"), (False, "*i32")):
+            for has_mask, has_index in ((False, False), (True, False), (True, True)):
+                mask_type = "*i32"  # the placeholder without a mask is out.predict (int32)
+                signature = {"drafts_ptr": "*i64", "counts_ptr": "*i64", "starts_ptr": "*i64", "target_ptr": target_type,
+                             "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "num_drafts": "i32", "total_rows": "i32",
+                             "mask_ptr": mask_type, "index_ptr": "*i64" if has_index else mask_type, "num_masks": "i32", "mask_width": "i32",
+                             "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32",
+                             "bs": "i32", "max_drafts": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILES_PAD": "constexpr",
+                             "FROM_LOGITS": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr"}
+                constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILES_PAD": _pow2(num_tiles if from_logits else 1),
+                              "FROM_LOGITS": from_logits, "HAS_MASK": has_mask, "HAS_INDEX": has_index}
+                specs.append((_ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config)))
+                specs.append(runtime_specialized(target, _ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config),
+                                                 values={"num_tiles": num_tiles if from_logits else 1, "num_drafts": bs * max_drafts // 2,
+                                                         "total_rows": bs * max_drafts // 2 + bs, "num_masks": bs * nodes if has_mask else 0,
+                                                         "mask_width": 4748 if has_mask else 0, "bs": bs, "max_drafts": max_drafts}))
+    return specs
+
+
+def describe_launch(target: KernelTarget) -> list[str]:
+    config = walk_launch(target, 64, 6)
+    return [f"verify_chain_ragged bs=64 S=5: argmax tiles over T + bs rows; match {config.requests} req/program, {config.warps} warps"]

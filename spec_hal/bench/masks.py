@@ -1,0 +1,122 @@
+"""Benchmark of vocabulary masks and ragged chains (docs/structured-output.md).
+
+1. Masked vs unmasked verification at the same shapes: verify_greedy over logits,
+   verify_sampling, verify_chain (logits), draft_topk; every row constrained (a dense
+   ``token_bitmask``, the worst case) and half the rows through ``bitmask_index`` (-1 for the
+   rest). Goal (issue 14): masked costs at most 10% more than unmasked at bs >= 64. Also
+   ``apply_token_bitmask_`` against a copy of the logits.
+2. Ragged chains vs the same work padded: ``verify_chain_ragged`` over T + bs flat logit rows
+   against ``verify_chain`` over bs * (S + 1) rows (what an engine without ragged support runs),
+   with draft counts 0..S and a quarter of the requests with speculation off.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import harness
+from .report import Column, Context, Table, ratio, us
+
+SIZES = {
+    "quick": dict(batches=(4,), trees=((8, 5),), vocabs=(1024,)),
+    "full": dict(batches=(64, 256), trees=((8, 5), (4, 3)), vocabs=(151936, 32000)),
+}
+MASK_COLUMNS = [Column("op", "op"), Column("bs", "bs", "int"), Column("nodes", "N", "int"), Column("vocab", "V", "int"),
+                Column("plain_us", "unmasked (us)", "us"), Column("masked_us", "every row masked (us)", "us"),
+                Column("masked_ratio", "overhead", "ratio"), Column("half_us", "half the rows masked (us)", "us"),
+                Column("half_ratio", "overhead", "ratio")]
+RAGGED_COLUMNS = [Column("bs", "bs", "int"), Column("steps", "S", "int"), Column("vocab", "V", "int"),
+                  Column("drafts", "drafts T", "int"), Column("padded_drafts", "padded bs*S", "int"),
+                  Column("ragged_us", "verify_chain_ragged (us)", "us"), Column("padded_us", "padded verify_chain (us)", "us"),
+                  Column("ragged_ratio", "ragged / padded", "ratio")]
+
+
+def _tree_inputs(bs, nodes, steps, vocab, device):
+    from ..conformance.trees import random_tree, tree_to
+
+    tree, candidates = random_tree(bs, nodes, steps, seed=bs + nodes, vocab=vocab)
+    generator = torch.Generator(device=device).manual_seed(0)
+    logits = torch.randn(bs * nodes, vocab, device=device, generator=generator)
+    first_child = candidates.gather(1, tree.retrieve_next_token.clamp(min=0)).reshape(-1).to(device)
+    rows = torch.arange(0, bs * nodes, 2, device=device)
+    logits[rows, first_child[rows]] = 20.0
+    return tree_to(tree, device), candidates.to(device), logits
+
+
+def _masks(rows, vocab, device):
+    """A dense mask (rows, ceil(V/32)) with 70% of the tokens allowed, and an index that
+    constrains every other row (-1 for the rest)."""
+    from ..masks import pack_bitmask
+
+    allowed = torch.rand(rows, vocab, generator=torch.Generator().manual_seed(rows)) < 0.7
+    index = torch.arange(rows, dtype=torch.int32)
+    index[1::2] = -1
+    return pack_bitmask(allowed).to(device), index.to(device)
+
+
+def _masked_rows(ctx, table, sizes):
+    device, backend = ctx.device, ctx.backend
+    for vocab in sizes["vocabs"]:
+        for bs in sizes["batches"]:
+            for nodes, steps in sizes["trees"]:
+                ctx.progress(f"masks bs={bs} N={nodes} V={vocab}")
+                tree, candidates, logits = _tree_inputs(bs, nodes, steps, vocab, device)
+                mask, index = _masks(bs * nodes, vocab, device)
+                probs = torch.softmax(logits, dim=1).view(bs, nodes, vocab)
+                generator = torch.Generator(device=device).manual_seed(1)
+                coins = torch.rand(bs, nodes, device=device, generator=generator)
+                final_coins = torch.rand(bs, device=device, generator=generator)
+                cases = {
+                    "verify_greedy(logits)": lambda **m: backend.verify_greedy(tree, candidates, logits, **m),
+                    "verify_sampling": lambda **m: backend.verify_sampling(tree, candidates, probs, coins, final_coins, **m),
+                    "verify_chain(logits)": lambda **m: backend.verify_chain(candidates, logits, **m),
+                    "draft_topk(k=4)": lambda **m: backend.draft_topk(logits, 4, **m),
+                }
+                for name, call in cases.items():
+                    plain = harness.device_time_s(lambda: call(), device, **ctx.timing)
+                    masked = harness.device_time_s(lambda: call(token_bitmask=mask), device, **ctx.timing)
+                    half = harness.device_time_s(lambda: call(token_bitmask=mask, bitmask_index=index), device, **ctx.timing)
+                    table.add(op=name, bs=bs, nodes=nodes, vocab=vocab, plain_us=us(plain), masked_us=us(masked),
+                              masked_ratio=ratio(masked, plain), half_us=us(half), half_ratio=ratio(half, plain))
+                scratch = logits.clone()
+                copy = harness.device_time_s(lambda: scratch.copy_(logits), device, **ctx.timing)
+                masked = harness.device_time_s(lambda: backend.apply_token_bitmask_(scratch, mask), device, **ctx.timing)
+                half = harness.device_time_s(lambda: backend.apply_token_bitmask_(scratch, mask, bitmask_index=index), device, **ctx.timing)
+                table.add(op="apply_token_bitmask_ (vs a logits copy)", bs=bs, nodes=nodes, vocab=vocab, plain_us=us(copy),
+                          masked_us=us(masked), masked_ratio=ratio(masked, copy), half_us=us(half), half_ratio=ratio(half, copy))
+                del logits, probs, scratch
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+
+
+def _ragged_rows(ctx, table, sizes):
+    device, backend = ctx.device, ctx.backend
+    for vocab in sizes["vocabs"]:
+        for bs in sizes["batches"]:
+            for steps in (3, 5):
+                ctx.progress(f"ragged bs={bs} S={steps} V={vocab}")
+                generator = torch.Generator().manual_seed(bs + steps)
+                counts = torch.randint(0, steps + 1, (bs,), generator=generator)
+                counts[::4] = 0  # speculation switched off for a quarter of the requests
+                total = int(counts.sum())
+                drafts = torch.randint(0, vocab, (total,), generator=generator).to(device)
+                flat_logits = torch.randn(total + bs, vocab, device=device)
+                padded_logits = torch.randn(bs * (steps + 1), vocab, device=device)
+                candidates = torch.randint(0, vocab, (bs, steps + 1), device=device)
+                counts = counts.to(device)
+                ragged = harness.device_time_s(lambda: backend.verify_chain_ragged(drafts, counts, flat_logits, max_drafts=steps),
+                                               device, **ctx.timing)
+                padded = harness.device_time_s(lambda: backend.verify_chain(candidates, padded_logits), device, **ctx.timing)
+                table.add(bs=bs, steps=steps, vocab=vocab, drafts=total, padded_drafts=bs * steps, ragged_us=us(ragged),
+                          padded_us=us(padded), ragged_ratio=ratio(ragged, padded))
+                del flat_logits, padded_logits
+
+
+def run(ctx: Context) -> list[Table]:
+    sizes = SIZES[ctx.sizes]
+    masks = Table("masks", f"masked vs unmasked verification and draft_topk on backend {ctx.backend.name}",
+                  MASK_COLUMNS, notes=[harness.DEVICE_TIME_NOTE, "Goal: overhead <= 1.10x at bs >= 64."])
+    ragged = Table("masks", f"ragged chains vs the same batch padded on backend {ctx.backend.name}", RAGGED_COLUMNS,
+                   notes=[harness.DEVICE_TIME_NOTE])
+    _masked_rows(ctx, masks, sizes)
+    _ragged_rows(ctx, ragged, sizes)
+    return [masks, ragged]

@@ -1,0 +1,195 @@
+"""Conformance of family ``ragged`` (chains with per-request draft counts, 0 allowed) against the
+reference and against the padded ops on the padded chain. Semantics: spec_hal/ragged.py.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import spec_hal.compaction as compaction_reference
+import spec_hal.kv as kv_reference
+import spec_hal.mamba as mamba_reference
+import spec_hal.ragged as reference
+import spec_hal.verify as verify_reference
+from spec_hal.conformance.cases.test_masks import random_bitmask
+from spec_hal.conformance.guards import assert_rejects, no_host_sync
+from spec_hal.types import Verdict
+
+FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
+# (name, counts) with max_drafts = 4: mixed with zeros, all zero, all full, one request.
+COUNTS = {"mixed": [0, 3, 4, 1, 0, 2, 4, 0, 1], "all_zero": [0, 0, 0, 0], "all_full": [4, 4, 4], "single": [2], "empty": []}
+MAX_DRAFTS = 4
+
+
+def _to(device, *tensors):
+    return tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in tensors)
+
+
+def _assert_same(actual: Verdict, expected: Verdict) -> None:
+    for field in FIELDS:
+        got, want = getattr(actual, field).cpu(), getattr(expected, field).cpu()
+        assert torch.equal(got, want), f"{field} differs from the reference:\n got  {got.tolist()}\n want {want.tolist()}"
+
+
+def _greedy_inputs(counts: list[int], vocab: int, *, seed: int):
+    """Flat drafts, counts and (T + bs, V) logits peaked so that drafts often match."""
+    generator = torch.Generator().manual_seed(seed)
+    total, bs = sum(counts), len(counts)
+    drafts = torch.randint(0, vocab, (total,), generator=generator)
+    logits = torch.randn(total + bs, vocab, generator=generator)
+    row = 0
+    for b, count in enumerate(counts):
+        start_draft = sum(counts[:b])
+        for j in range(count):  # row r_b + j predicts draft j (most of the time)
+            if torch.rand(1, generator=generator) < 0.8:
+                logits[row + j, drafts[start_draft + j]] += 5.0
+        row += count + 1
+    return drafts, torch.tensor(counts, dtype=torch.int64), logits
+
+
+def _padded_chain(drafts, counts, flat_rows: torch.Tensor):
+    """The same batch padded to max_drafts with -1 drafts: candidates (bs, S+1) and the padded
+    rows' flat indices (bs, S+1), -1 padding (derived here by hand, not through spec_hal.ragged)."""
+    bs = counts.shape[0]
+    candidates = torch.full((bs, MAX_DRAFTS + 1), -1, dtype=torch.int64)
+    rows = torch.full((bs, MAX_DRAFTS + 1), -1, dtype=torch.int64)
+    draft_start, row_start = 0, 0
+    for b, count in enumerate(counts.tolist()):
+        candidates[b, 0] = 0
+        candidates[b, 1:count + 1] = drafts[draft_start:draft_start + count]
+        rows[b, :count + 1] = torch.arange(row_start, row_start + count + 1)
+        draft_start += count
+        row_start += count + 1
+    return candidates, rows
+
+
+@pytest.mark.spec_hal_op("verify_chain_ragged")
+@pytest.mark.parametrize("name", list(COUNTS))
+@pytest.mark.parametrize("form", ("ids", "logits", "logits_masked"))
+def test_verify_chain_ragged(backend, name, form):
+    counts = COUNTS[name]
+    vocab = 37
+    drafts, counts_t, logits = _greedy_inputs(counts, vocab, seed=len(counts) * 3 + len(form))
+    rows = logits.shape[0]
+    kwargs = {}
+    target = logits.argmax(dim=1) if form == "ids" else logits
+    if form == "logits_masked":
+        bitmask, index, _ = random_bitmask(rows, vocab, seed=rows, indexed=True, density=0.8)
+        kwargs = {"token_bitmask": bitmask, "bitmask_index": index}
+    expected = reference.verify_chain_ragged(drafts, counts_t, target, max_drafts=MAX_DRAFTS, **kwargs)
+    device = backend.device
+    with no_host_sync(device):
+        verdict = backend.verify_chain_ragged(*_to(device, drafts, counts_t.to(torch.int32), target), max_drafts=MAX_DRAFTS,
+                                              **{key: value.to(device) for key, value in kwargs.items()})
+    _assert_same(verdict, expected)
+    # Independent oracle: the padded verify_chain (reference) on the -1 padded chain.
+    candidates, padded_rows = _padded_chain(drafts, counts_t, rows)
+    if form != "logits_masked" and len(counts):
+        padded_target = torch.where(padded_rows >= 0, target.argmax(dim=1)[padded_rows.clamp(min=0)] if form == "logits"
+                                    else target[padded_rows.clamp(min=0)], torch.zeros_like(padded_rows))
+        num_correct, bonus = verify_reference.verify_chain(candidates, padded_target)
+        assert verdict.num_correct.cpu().tolist() == num_correct.tolist()
+        last = verdict.accept_index.cpu().gather(1, (verdict.accept_lens.cpu().long() - 1)[:, None])[:, 0]
+        assert verdict.predict.cpu()[last.long()].tolist() == bonus.tolist()
+    zero = counts_t == 0
+    assert (verdict.num_correct.cpu()[zero] == 0).all() and (verdict.accept_lens.cpu()[zero] == 1).all()
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
+@pytest.mark.parametrize("name", ("mixed", "all_zero", "all_full", "empty"))
+@pytest.mark.parametrize("with_draft_probs", (True, False))
+@pytest.mark.parametrize("masked", (False, True))
+def test_verify_chain_sampling_ragged(backend, name, with_draft_probs, masked):
+    counts = COUNTS[name]
+    vocab = 29
+    drafts, counts_t, logits = _greedy_inputs(counts, vocab, seed=len(counts) + 11 * with_draft_probs)
+    total, bs = len(drafts), len(counts)
+    generator = torch.Generator().manual_seed(total + bs)
+    target_probs = torch.softmax(logits, dim=1)
+    draft_probs = torch.softmax(torch.randn(total, vocab, generator=generator), dim=1) if with_draft_probs else None
+    coins, final_coins = torch.rand(total, generator=generator), torch.rand(bs, generator=generator)
+    kwargs = {}
+    if masked:
+        bitmask, index, _ = random_bitmask(total + bs, vocab, seed=bs, indexed=True, density=0.8)
+        kwargs = {"token_bitmask": bitmask, "bitmask_index": index}
+    expected = reference.verify_chain_sampling_ragged(drafts, counts_t, draft_probs, target_probs, coins, final_coins,
+                                                      max_drafts=MAX_DRAFTS, **kwargs)
+    device = backend.device
+    with no_host_sync(device):
+        verdict = backend.verify_chain_sampling_ragged(*_to(device, drafts, counts_t, draft_probs, target_probs, coins, final_coins),
+                                                       max_drafts=MAX_DRAFTS, **{key: value.to(device) for key, value in kwargs.items()})
+    _assert_same(verdict, expected)
+    zero = counts_t == 0
+    assert (verdict.num_correct.cpu()[zero] == 0).all()
+    assert (verdict.num_correct.cpu() <= counts_t).all()
+
+
+@pytest.mark.spec_hal_op("verify_chain_ragged")
+def test_ragged_verdict_through_compaction_kv_and_mamba(backend):
+    """The ragged verdict feeds bonus_tokens, compact_accepted, accepted_kv_moves and
+    mamba_commit_steps unchanged (each against its reference), and a zero-draft request commits
+    the recurrent state of exactly one plain decoding step."""
+    counts = COUNTS["mixed"]
+    drafts, counts_t, logits = _greedy_inputs(counts, 37, seed=5)
+    device = backend.device
+    verdict = backend.verify_chain_ragged(*_to(device, drafts, counts_t, logits), max_drafts=MAX_DRAFTS)
+    host = Verdict(*(getattr(verdict, field).cpu() for field in FIELDS))
+    bs, nodes = len(counts), MAX_DRAFTS + 1
+    assert torch.equal(backend.bonus_tokens(verdict).cpu(), compaction_reference.bonus_tokens(host))
+    hidden = torch.randn(bs * nodes, 6)
+    assert torch.equal(backend.compact_accepted(hidden.to(device), verdict).cpu(), compaction_reference.compact_accepted(hidden, host))
+    slots = torch.arange(bs * nodes, dtype=torch.int64).view(bs, nodes) * 3 + 1
+    moves = backend.accepted_kv_moves(verdict, slots.to(device))
+    expected_moves = kv_reference.accepted_kv_moves(host, slots)
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(moves, expected_moves))
+    seq_lens = torch.randint(1, 100, (bs,), generator=torch.Generator().manual_seed(1))
+    last_step, _ = backend.mamba_commit_steps(verdict, seq_lens.to(device))
+    assert torch.equal(last_step.cpu(), mamba_reference.mamba_commit_steps(host, seq_lens)[0])
+
+    # A toy recurrence h' = 0.5 h + x_t over the chain: intermediate state j follows the root and
+    # j drafts. Committing last_step must give, for a zero-draft request, one step from h exactly.
+    state = torch.randn(1, bs, 4, dtype=torch.float64)
+    inputs = torch.randn(bs, nodes, 4, dtype=torch.float64)
+    steps = torch.empty(1, bs, nodes, 4, dtype=torch.float64)
+    current = state[0].clone()
+    for j in range(nodes):
+        current = 0.5 * current + inputs[:, j]
+        steps[0, :, j] = current
+    pool = torch.zeros(1, bs, 4, dtype=torch.float64, device=device)
+    backend.scatter_mamba_state(dst=pool, src=steps.to(device), dst_slots=torch.arange(bs, device=device), src_steps=last_step)
+    one_step = 0.5 * state[0] + inputs[:, 0]
+    zero = counts_t == 0
+    assert torch.equal(pool.cpu()[0][zero], one_step[zero]), "a zero-draft request did not commit one plain decoding step"
+
+
+@pytest.mark.spec_hal_op("verify_chain_ragged")
+def test_ragged_checked_mode_rejects_bad_counts(backend, monkeypatch):
+    """Value errors (a sync) in checked mode: counts that do not sum to the flat length, negative
+    counts, counts above max_drafts, and a mask index outside [-1, M)."""
+    monkeypatch.setenv("SPEC_HAL_CHECKS", "1")
+    device = backend.device
+    drafts = torch.tensor([1, 2, 3], device=device)
+    logits = torch.zeros(5, 8, device=device)
+    for counts in ([2, 2], [-1, 4], [0, 3]):
+        max_drafts = 3 if counts != [0, 3] else 2
+        assert_rejects(backend, "num_draft_tokens", lambda b: b.verify_chain_ragged(drafts, torch.tensor(counts, device=device), logits,
+                                                                                     max_drafts=max_drafts))
+    mask = torch.zeros(2, 1, dtype=torch.int32, device=device)
+    assert_rejects(backend, "bitmask_index", lambda b: b.verify_chain_ragged(drafts, torch.tensor([1, 2], device=device), logits,
+                                                                              max_drafts=2, token_bitmask=mask,
+                                                                              bitmask_index=torch.tensor([0, 1, 2, -1, 0], device=device)))
+
+
+@pytest.mark.spec_hal_op("verify_chain_ragged")
+def test_ragged_rejects_bad_input(backend):
+    device = backend.device
+    drafts = torch.tensor([1, 2, 3], device=device)
+    counts = torch.tensor([1, 2], device=device)
+    logits = torch.zeros(5, 8, device=device)
+    assert_rejects(backend, "num_draft_tokens", lambda b: b.verify_chain_ragged(drafts, counts.float(), logits, max_drafts=2))
+    assert_rejects(backend, "num_draft_tokens", lambda b: b.verify_chain_ragged(drafts, counts[:, None], logits, max_drafts=2))
+    assert_rejects(backend, "target_predict", lambda b: b.verify_chain_ragged(drafts, counts, logits[:4], max_drafts=2))
+    assert_rejects(backend, "max_drafts", lambda b: b.verify_chain_ragged(drafts, counts, logits, max_drafts=-1))
+    assert_rejects(backend, "coins", lambda b: b.verify_chain_sampling_ragged(drafts, counts, None, torch.full((5, 8), 0.125, device=device),
+                                                                              torch.zeros(2, device=device), torch.zeros(2, device=device),
+                                                                              max_drafts=2))
