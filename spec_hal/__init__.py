@@ -63,6 +63,8 @@ _LAZY = {
     "draft_step": ("spec_hal.draft_loop", "draft_step"),
     "DraftGraphs": ("spec_hal.draft_loop", "DraftGraphs"),
     "warmup": ("spec_hal.warmstart", "warmup"),
+    "raise_pending_errors": ("spec_hal.error_flag", "raise_pending_errors"),
+    "pending_errors": ("spec_hal.error_flag", "pending_errors"),
     "register_torch_ops": ("spec_hal.torch_library", "register"),
     # The types ops take and return, and their limits (docs/conventions.md).
     "DraftTree": ("spec_hal.types", "DraftTree"),
