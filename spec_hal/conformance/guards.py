@@ -73,6 +73,27 @@ def embedded_input(values: torch.Tensor, device, *, margin_value) -> torch.Tenso
     return view
 
 
+def call_without_sync(device: torch.device, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with every tensor argument (and a DraftTree's) moved to ``device``
+    first, then called under :func:`no_host_sync`: the host-to-device copies of the inputs are
+    syncs of the test, not of the op under test."""
+    from spec_hal.types import DraftTree
+
+    from .trees import tree_to
+
+    def move(value):
+        if isinstance(value, torch.Tensor):
+            return value.to(device)
+        if isinstance(value, DraftTree):
+            return tree_to(value, device)
+        return value
+
+    args = tuple(move(value) for value in args)
+    kwargs = {name: move(value) for name, value in kwargs.items()}
+    with no_host_sync(device):
+        return fn(*args, **kwargs)
+
+
 @contextlib.contextmanager
 def no_host_sync(device: torch.device):
     """On CUDA/HIP, make any host synchronisation inside the block an error."""

@@ -13,7 +13,7 @@ import torch
 import spec_hal.masks as masks
 import spec_hal.topk as topk_reference
 import spec_hal.verify as verify_reference
-from spec_hal.conformance.guards import assert_rejects, embedded_input, no_host_sync
+from spec_hal.conformance.guards import assert_rejects, call_without_sync, embedded_input
 from spec_hal.conformance.inputs import logits_rows
 from spec_hal.conformance.tolerances import assert_close
 from spec_hal.conformance.trees import random_tree, replicate, tree_from_parents, tree_to
@@ -93,8 +93,7 @@ def test_apply_token_bitmask(backend, vocab, indexed, dtype, rows):
     view = outer[1:rows + 1, :vocab]
     view.copy_(logits)
     before = outer.clone()
-    with no_host_sync(backend.device):
-        returned = backend.apply_token_bitmask_(view, *_to(backend.device, bitmask), bitmask_index=_to(backend.device, index)[0])
+    returned = call_without_sync(backend.device, backend.apply_token_bitmask_, view, bitmask, bitmask_index=index)
     assert returned.data_ptr() == view.data_ptr()
     assert torch.equal(view.cpu().float().nan_to_num(nan=7.0), expected.float().nan_to_num(nan=7.0))
     outside = torch.ones_like(outer, dtype=torch.bool)
@@ -119,9 +118,8 @@ def test_draft_topk_masked(backend, vocab, k, indexed, mapped):
     bitmask, index, allowed = random_bitmask(rows, mask_vocab, seed=vocab * 3 + k, indexed=indexed, density=0.3)
     expected = topk_reference.draft_topk(logits, k, token_map=token_map, token_bitmask=bitmask, bitmask_index=index)
     device = backend.device
-    with no_host_sync(device):
-        probs, ids = backend.draft_topk(embedded_input(logits, device, margin_value=1e4), k,
-                                        **dict(zip(("token_map", "token_bitmask", "bitmask_index"), _to(device, token_map, bitmask, index))))
+    probs, ids = call_without_sync(device, backend.draft_topk, embedded_input(logits, device, margin_value=1e4), k,
+                                   token_map=token_map, token_bitmask=bitmask, bitmask_index=index)
     assert torch.equal(ids.cpu(), expected[1]), f"ids differ:\n got  {ids.cpu().tolist()}\n want {expected[1].tolist()}"
     assert_close("draft_topk", "probs", probs, expected[0], input_dtype=torch.float32)
     # Independent invariant: a token with probability > 0 is allowed at its row.
@@ -156,9 +154,7 @@ def test_verify_greedy_masked(backend, steps, nodes, bs, indexed):
     bitmask, index, allowed = random_bitmask(bs * nodes, vocab, seed=nodes * 3 + bs, indexed=indexed, density=0.7)
     expected = verify_reference.verify_greedy(tree, candidates, logits, token_bitmask=bitmask, bitmask_index=index)
     device = backend.device
-    with no_host_sync(device):
-        verdict = backend.verify_greedy(tree_to(tree, device), *_to(device, candidates, logits), token_bitmask=bitmask.to(device),
-                                        bitmask_index=_to(device, index)[0])
+    verdict = call_without_sync(device, backend.verify_greedy, tree, candidates, logits, token_bitmask=bitmask, bitmask_index=index)
     _assert_same(verdict, expected)
     _assert_path_allowed(verdict, allowed, nodes)
 
@@ -192,9 +188,8 @@ def test_verify_sampling_masked(backend, steps, nodes, bs, indexed):
     bitmask, index, allowed = random_bitmask(bs * nodes, vocab, seed=nodes + 5 * bs, indexed=indexed, density=0.7)
     expected = verify_reference.verify_sampling(tree, candidates, probs, coins, final_coins, token_bitmask=bitmask, bitmask_index=index)
     device = backend.device
-    with no_host_sync(device):
-        verdict = backend.verify_sampling(tree_to(tree, device), *_to(device, candidates, probs, coins, final_coins),
-                                          token_bitmask=bitmask.to(device), bitmask_index=_to(device, index)[0])
+    verdict = call_without_sync(device, backend.verify_sampling, tree, candidates, probs, coins, final_coins,
+                                token_bitmask=bitmask, bitmask_index=index)
     _assert_same(verdict, expected)
     _assert_path_allowed(verdict, allowed, nodes)
 
@@ -228,9 +223,7 @@ def test_verify_chain_masked(backend, width, indexed):
     bitmask, index, allowed = random_bitmask(bs * width, vocab, seed=width * 11, indexed=indexed, density=0.8)
     expected = verify_reference.verify_chain(candidates, logits, token_bitmask=bitmask, bitmask_index=index)
     device = backend.device
-    with no_host_sync(device):
-        num_correct, bonus = backend.verify_chain(*_to(device, candidates, logits), token_bitmask=bitmask.to(device),
-                                                  bitmask_index=_to(device, index)[0])
+    num_correct, bonus = call_without_sync(device, backend.verify_chain, candidates, logits, token_bitmask=bitmask, bitmask_index=index)
     assert torch.equal(num_correct.cpu(), expected[0]) and torch.equal(bonus.cpu(), expected[1])
     for b in range(bs):
         n, row = int(num_correct[b]), b * width + int(num_correct[b])
@@ -254,9 +247,8 @@ def test_verify_chain_sampling_masked_and_without_draft_probs(backend, steps, wi
     bitmask, index, allowed = random_bitmask(bs * (steps + 1), vocab, seed=steps, indexed=True, density=0.7) if masked else (None, None, None)
     expected = verify_reference.verify_chain_sampling(draft_ids, draft, target, coins, final_coins, token_bitmask=bitmask, bitmask_index=index)
     device = backend.device
-    with no_host_sync(device):
-        verdict = backend.verify_chain_sampling(*_to(device, draft_ids, draft, target, coins, final_coins),
-                                                token_bitmask=_to(device, bitmask)[0], bitmask_index=_to(device, index)[0])
+    verdict = call_without_sync(device, backend.verify_chain_sampling, draft_ids, draft, target, coins, final_coins,
+                                token_bitmask=bitmask, bitmask_index=index)
     _assert_same(verdict, expected)
     if masked:
         _assert_path_allowed(verdict, allowed, steps + 1)
@@ -366,9 +358,7 @@ def test_verify_tree_sampling_matches_reference(backend, steps, nodes, masked):
         kwargs = {"token_bitmask": bitmask, "bitmask_index": index}
     expected = verify_reference.verify_tree_sampling(tree, candidates, draft, target, coins, final_coins, **kwargs)
     device = backend.device
-    with no_host_sync(device):
-        verdict = backend.verify_tree_sampling(tree_to(tree, device), *_to(device, candidates, draft, target, coins, final_coins),
-                                               **{key: value.to(device) for key, value in kwargs.items()})
+    verdict = call_without_sync(device, backend.verify_tree_sampling, tree, candidates, draft, target, coins, final_coins, **kwargs)
     _assert_same(verdict, expected)
     if masked:
         _assert_path_allowed(verdict, allowed, nodes)

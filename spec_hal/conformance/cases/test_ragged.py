@@ -12,7 +12,7 @@ import spec_hal.mamba as mamba_reference
 import spec_hal.ragged as reference
 import spec_hal.verify as verify_reference
 from spec_hal.conformance.cases.test_masks import random_bitmask
-from spec_hal.conformance.guards import assert_rejects, no_host_sync
+from spec_hal.conformance.guards import assert_rejects, call_without_sync
 from spec_hal.types import Verdict
 
 FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
@@ -78,9 +78,7 @@ def test_verify_chain_ragged(backend, name, form):
         kwargs = {"token_bitmask": bitmask, "bitmask_index": index}
     expected = reference.verify_chain_ragged(drafts, counts_t, target, max_drafts=MAX_DRAFTS, **kwargs)
     device = backend.device
-    with no_host_sync(device):
-        verdict = backend.verify_chain_ragged(*_to(device, drafts, counts_t.to(torch.int32), target), max_drafts=MAX_DRAFTS,
-                                              **{key: value.to(device) for key, value in kwargs.items()})
+    verdict = call_without_sync(device, backend.verify_chain_ragged, drafts, counts_t.to(torch.int32), target, max_drafts=MAX_DRAFTS, **kwargs)
     _assert_same(verdict, expected)
     # Independent oracle: the padded verify_chain (reference) on the -1 padded chain.
     candidates, padded_rows = _padded_chain(drafts, counts_t, rows)
@@ -115,9 +113,8 @@ def test_verify_chain_sampling_ragged(backend, name, with_draft_probs, masked):
     expected = reference.verify_chain_sampling_ragged(drafts, counts_t, draft_probs, target_probs, coins, final_coins,
                                                       max_drafts=MAX_DRAFTS, **kwargs)
     device = backend.device
-    with no_host_sync(device):
-        verdict = backend.verify_chain_sampling_ragged(*_to(device, drafts, counts_t, draft_probs, target_probs, coins, final_coins),
-                                                       max_drafts=MAX_DRAFTS, **{key: value.to(device) for key, value in kwargs.items()})
+    verdict = call_without_sync(device, backend.verify_chain_sampling_ragged, drafts, counts_t, draft_probs, target_probs, coins,
+                                final_coins, max_drafts=MAX_DRAFTS, **kwargs)
     _assert_same(verdict, expected)
     zero = counts_t == 0
     assert (verdict.num_correct.cpu()[zero] == 0).all()
