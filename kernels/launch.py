@@ -26,13 +26,18 @@ VENDORS = ("nvidia", "amd", "interpreter")
 FP_FUSION = False
 
 
-def pin_fp_fusion(module) -> None:
-    """Launch every Triton kernel defined in ``module`` with ``enable_fp_fusion=FP_FUSION``
-    (a launch that passes it explicitly still wins). Called once per kernel module by
-    ``spec_hal.kernels.kernel_modules``; idempotent."""
+def install_launchers(module) -> None:
+    """Launch every Triton kernel defined in ``module`` with ``enable_fp_fusion=FP_FUSION`` (a
+    launch that passes it explicitly still wins), through the fast launcher of
+    ``spec_hal.kernels.fast_launch`` where the installed Triton's launch path was checked (else
+    Triton's own ``run``). Called once per kernel module by ``spec_hal.kernels.kernel_modules``, so
+    the ``kernel[grid](...)`` call sites stay as they are; idempotent."""
+    from .fast_launch import install
+
     for kernel in vars(module).values():
         if hasattr(kernel, "arg_names") and callable(getattr(kernel, "run", None)) and not getattr(kernel, "_fp_fusion_pinned", False):
-            kernel.run = functools.partial(kernel.run, enable_fp_fusion=FP_FUSION)
+            if not install(kernel, {"enable_fp_fusion": FP_FUSION}):
+                kernel.run = functools.partial(kernel.run, enable_fp_fusion=FP_FUSION)
             kernel._fp_fusion_pinned = True
 
 
