@@ -242,16 +242,6 @@ class FastRun:
         return any(scope.get(name, missing) != value for (name, _), (value, scope) in self.kernel.used_global_vals.items())
 
 
-def _hooks_idle(knobs, hook_chain) -> bool:
-    """True when the launch hooks do nothing (empty HookChains or None), so launch metadata and
-    hooks can be passed as None; otherwise the call takes Triton's path."""
-    runtime = knobs.runtime
-    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
-        if hook is not None and (hook.__class__ is not hook_chain or hook.calls):
-            return False
-    return getattr(runtime, "add_stages_inspection_hook", None) is None
-
-
 _RESERVED = ("grid", "warmup", "options")
 
 
@@ -259,7 +249,6 @@ def _generate(fast: FastRun) -> Callable:
     """The ``run`` function for ``fast.kernel``'s signature, written out so that binding costs
     what a Python call costs (Triton generates its binder the same way)."""
     from triton import knobs
-    from triton.knobs import HookChain
     from triton.runtime import driver
 
     kernel = fast.kernel
@@ -278,13 +267,16 @@ def _generate(fast: FastRun) -> Callable:
             keyed.append(name)
         else:
             keyed.append(f"(({name}.dtype, not {name}.data_ptr() & 15) if {name}.__class__ is _fl_Tensor and _fl_native "
-                         f"else _fl_arg_key({name}, _fl_tensor_spec))")
+                         f"else _fl_int_key({name}) if {name}.__class__ is int else _fl_arg_key({name}, _fl_tensor_spec))")
     knob_values = ", ".join(f"_fl_knobs.{group}.{name}" for group, name in fast.knob_options)
     args = f"({', '.join(names)},)" if names else "()"
     default_options = ", ".join(f"{name}={name}" for name in fast.defaults)
     all_options = f"{default_options}, **options" if default_options else "**options"
     option_key = f"({', '.join(fast.defaults)},)" if fast.defaults else "()"
     key_expr = f"(_fl_kernel.debug, {knob_values}, {option_key}, tuple(options.items()), {', '.join(keyed)},)"
+    # Launch hooks idle: the HookChains Triton installs, still in place and empty (else Triton's path).
+    hooks_idle = ("_fl_runtime.launch_enter_hook is _fl_enter and not _fl_enter.calls and _fl_runtime.launch_exit_hook is _fl_exit "
+                  "and not _fl_exit.calls and _fl_runtime.add_stages_inspection_hook is None")
     source = f"""
 def key({", ".join(parameters + ["_fl_tensor_spec=None", "**options"])}):
     _fl_native = _fl_tensor_spec is None
@@ -292,7 +284,7 @@ def key({", ".join(parameters + ["_fl_tensor_spec=None", "**options"])}):
 
 
 def run({", ".join(parameters + ["grid", "warmup", "**options"])}):
-    if warmup or _fl_settings.mode == "off" or grid.__class__ is not tuple or _fl_kernel.pre_run_hooks or not _fl_hooks_idle(_fl_knobs, _fl_HookChain):
+    if warmup or _fl_settings.mode == "off" or grid.__class__ is not tuple or _fl_kernel.pre_run_hooks or not ({hooks_idle}):
         return _fl_fast.fallback({args}, grid, warmup, dict({all_options}))
     _fl_dev = _fl_device()
     _fl_state = _fl_states.get(_fl_dev) or _fl_fast.state(_fl_dev)
@@ -316,7 +308,7 @@ def run({", ".join(parameters + ["grid", "warmup", "**options"])}):
     namespace = {f"_fl_default_{p.name}": p.default for p in params if p.default is not inspect.Parameter.empty}
     namespace.update({f"_fl_option_{name}": value for name, value in fast.defaults.items()})
     namespace.update(_fl_settings=_settings, _fl_kernel=kernel, _fl_fast=fast, _fl_states=fast.states, _fl_knobs=knobs,
-                     _fl_HookChain=HookChain, _fl_hooks_idle=_hooks_idle, _fl_Tensor=torch.Tensor, _fl_arg_key=arg_key,
+                     _fl_runtime=knobs.runtime, _fl_enter=knobs.runtime.launch_enter_hook, _fl_exit=knobs.runtime.launch_exit_hook, _fl_Tensor=torch.Tensor, _fl_arg_key=arg_key, _fl_int_key=int_key,
                      _fl_Unsupported=Unsupported)
 
     # The driver is resolved on the first launch, not here: installing must not touch the device.

@@ -41,6 +41,18 @@ def install_launchers(module) -> None:
             kernel._fp_fusion_pinned = True
 
 
+def cdiv(numerator: int, denominator: int) -> int:
+    """``triton.cdiv`` for host code. Triton's (3.5 on) is a ConstexprFunction whose every call
+    unwraps its arguments, about 1 µs a call; a launch config calls it several times per op."""
+    return (numerator + denominator - 1) // denominator
+
+
+def next_power_of_2(n: int) -> int:
+    """``triton.next_power_of_2`` for host code (see :func:`cdiv`): the least power of two >= n,
+    0 for n <= 0 as Triton's."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 @dataclass(frozen=True)
 class KernelTarget:
     vendor: str  # "nvidia", "amd" or "interpreter"

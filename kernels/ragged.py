@@ -19,7 +19,7 @@ import triton.language as tl
 from spec_hal.ragged import chain_layout
 from spec_hal.types import Verdict
 
-from .launch import KernelTarget, runtime_specialized
+from .launch import KernelTarget, runtime_specialized, cdiv
 from .masks import mask_row_base, token_allowed
 from .verify import MaskArgs, _merge_argmax, _pow2, _target_source, _verdict_buffers, walk_launch
 
@@ -78,7 +78,7 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
     config = walk_launch(target, bs, nodes)
     warps = _warps(target, config)
     drafts = draft_tokens.contiguous() if total else counts  # an empty tensor may have no address
-    _ragged_chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
+    _ragged_chain_greedy_kernel[(cdiv(bs, config.requests),)](
         drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total + bs, *masks.args,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,

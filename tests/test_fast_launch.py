@@ -339,3 +339,18 @@ def test_interpreter_lane_keeps_tritons_path_and_results():
     result = subprocess.run([sys.executable, "-c", INTERPRETER_PROBE], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "ok off" in result.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# host helpers of kernels/launch.py (the launch configs call them instead of Triton's
+# ConstexprFunctions, which cost about 1 µs a call)
+
+def test_host_cdiv_and_next_power_of_2_match_tritons():
+    from spec_hal.kernels.launch import cdiv, next_power_of_2
+
+    triton_cdiv = getattr(triton.cdiv, "fn", triton.cdiv)
+    triton_pow2 = getattr(triton.next_power_of_2, "fn", triton.next_power_of_2)
+    values = list(range(-40, 5000)) + [2**k + d for k in range(13, 63) for d in (-1, 0, 1)]
+    assert [next_power_of_2(v) for v in values] == [triton_pow2(v) for v in values]
+    for denominator in (1, 2, 3, 16, 4096, 65535):
+        assert [cdiv(v, denominator) for v in values] == [triton_cdiv(v, denominator) for v in values]
