@@ -12,7 +12,9 @@ builds launch metadata for the (empty) launch hooks. :func:`install` replaces a 
 3. afterwards launches that kernel directly, exactly as the last lines of ``JITFunction.run`` do:
    ``kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata,
    launch_metadata, enter_hook, exit_hook, *arguments)``, with the stream of the current device
-   from Triton's driver (``torch.cuda.current_stream``'s handle, so CUDA graph capture records it).
+   from Triton's driver (``torch.cuda.current_stream``'s handle, so CUDA graph capture records it);
+   launch metadata and hooks are passed as None while Triton's launch-hook chains are empty (the
+   launcher calls an empty chain for nothing).
 
 The key must separate every pair of calls that Triton would compile differently, or a call would
 run code specialised for other arguments. Per argument Triton 3.6 to 3.9 (``native_specialize_impl``)
@@ -48,9 +50,8 @@ MODES = ("off", "on", "check")
 _ENV_MODES = {"0": "off", "off": "off", "false": "off", "1": "on", "on": "on", "true": "on", "": "on", "check": "check"}
 
 # Triton versions whose launch path was read in source: sha256 of the source of the functions this
-# module mirrors (JITFunction.run, KernelInterface.__getitem__, CompiledKernel.launch_metadata and
-# the binder generator), and the knobs ``run`` copies into the options on every call.
-_MIRRORED = ("JITFunction.run", "KernelInterface.__getitem__", "CompiledKernel.launch_metadata", "create_function_from_signature")
+# module mirrors (see launch_path_fingerprint), and the knobs ``run`` copies into the options on
+# every call.
 _CHECKED = {
     "3.6.0": ("48bb50708af5740f656ab583fca15d2a6ae517273462134cf475a620b4e43bc8", (("runtime", "debug"), ("compilation", "instrumentation_mode"))),
     "3.9.0": ("44d65219aebba69721d6219f8d253c0b43d854c3ee2f06472235e7298760b83e", (("runtime", "debug"), ("compilation", "instrumentation_mode"),
@@ -102,7 +103,7 @@ class _Settings:
     mode: str = "on"
 
 
-_settings = _Settings(_ENV_MODES.get(os.environ.get(ENV_VAR, "").strip().lower(), "on"))
+_settings = _Settings(_ENV_MODES.get(os.environ.get(ENV_VAR, "").strip().lower(), "off"))  # not understood: off
 
 
 def _triton_state() -> tuple[bool, str, tuple]:
@@ -162,7 +163,7 @@ def status() -> str:
     if not supported:
         return f"off: {why}"
     if _settings.mode == "off":
-        return f"off: {ENV_VAR}=0 or configure('off')"
+        return f"off: {ENV_VAR}={os.environ.get(ENV_VAR, '')!r} or configure('off')"
     return f"{_settings.mode} ({why})"
 
 
@@ -195,7 +196,7 @@ class FastRun:
         state = self.states.get(device)
         if state is None:
             backend = self.kernel.device_caches[device][3]
-            native = getattr(type(backend), "supports_native_tensor_specialization", None) is True
+            native = getattr(backend, "supports_native_tensor_specialization", None) is True
             state = _DeviceState(backend, None if native else backend.get_tensor_specialization)
             self.states[device] = state
         return state
