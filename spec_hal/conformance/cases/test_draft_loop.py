@@ -342,14 +342,13 @@ class LaneCacheDraftModel:
         return self
 
 
-@pytest.mark.parametrize("bs, steps, topk", [(3, 4, 2), (2, 3, 4), (0, 3, 2)])
-def test_run_draft_parent_lanes_drive_a_lane_cache(backend, bs, steps, topk):
+def check_parent_lanes(backend, *, bs: int, steps: int, topk: int, driver=run_draft) -> None:
     """pass_parent_lanes: a draft that keeps its own lane state, reordered by the parent lanes it
     is given, drafts exactly what the reference loop drafts with driver-propagated hidden."""
     state = make_state(bs, topk, seed=31 + steps, device=backend.device)
     model = LaneCacheDraftModel(EagleDraftModel(seed=steps), state.hidden, topk)
     without_hidden = DraftState(state.roots, state.positions, state.probs, state.ids, None)
-    result = _run(run_draft, backend, model, without_hidden, steps=steps, topk=topk, pass_parent_lanes=True)
+    result = _run(driver, backend, model, without_hidden, steps=steps, topk=topk, pass_parent_lanes=True)
     _assert_records_match(result, reference_draft(EagleDraftModel(seed=steps), state, steps=steps, topk=topk))
     assert len(model.received) == steps - 1
     for index, lanes in enumerate(model.received):
@@ -361,17 +360,26 @@ def test_run_draft_parent_lanes_drive_a_lane_cache(backend, bs, steps, topk):
             assert torch.equal(lanes.cpu(), choice // topk), f"forward {index}: parent_lanes disagree with the record's parents"
 
 
-@pytest.mark.parametrize("steps, topk", [(3, 1), (4, 3)])
-def test_run_draft_standalone_positions(backend, steps, topk):
+@pytest.mark.parametrize("bs, steps, topk", [(3, 4, 2), (2, 3, 4), (0, 3, 2)])
+def test_run_draft_parent_lanes_drive_a_lane_cache(backend, bs, steps, topk):
+    check_parent_lanes(backend, bs=bs, steps=steps, topk=topk)
+
+
+def check_standalone_positions(backend, *, steps: int, topk: int, driver=run_draft) -> None:
     """eagle_shift=False: forward i runs at root + i + 1 (the tokens' own positions), and the
     records equal the reference loop run at those positions."""
     model = ProbeModel(EagleDraftModel(seed=steps + 11))
     state = make_state(3, topk, seed=steps * topk, device=backend.device)
-    result = _run(run_draft, backend, model, state, steps=steps, topk=topk, eagle_shift=False)
+    result = _run(driver, backend, model, state, steps=steps, topk=topk, eagle_shift=False)
     roots = state.positions.cpu().repeat_interleave(topk)
     for index, call in enumerate(model.calls):
         assert torch.equal(call.positions, roots + index + 1), f"forward {index}: standalone positions must be root + {index + 1}"
     _assert_records_match(result, reference_draft(EagleDraftModel(seed=steps + 11), state, steps=steps, topk=topk, eagle_shift=False))
+
+
+@pytest.mark.parametrize("steps, topk", [(3, 1), (4, 3)])
+def test_run_draft_standalone_positions(backend, steps, topk):
+    check_standalone_positions(backend, steps=steps, topk=topk)
 
 
 TARGET_VOCAB = 200
@@ -398,9 +406,7 @@ def _draft_to_target(vocab: int = 64) -> torch.Tensor:
     return torch.randperm(TARGET_VOCAB, generator=torch.Generator().manual_seed(3))[:vocab]
 
 
-@pytest.mark.parametrize("form", ("ids", "offsets"))
-@pytest.mark.parametrize("map_dtype", (torch.int32, torch.int64))
-def test_run_draft_token_map(backend, form, map_dtype):
+def check_token_map(backend, *, form: str, map_dtype: torch.dtype, driver=run_draft) -> None:
     """token_map as absolute ids or EAGLE-3 offsets (d2t): the records' tokens are target ids,
     equal to the reference loop's with the absolute map."""
     absolute = _draft_to_target()
@@ -410,11 +416,17 @@ def test_run_draft_token_map(backend, form, map_dtype):
     state = DraftState(state.roots, state.positions, state.probs, absolute.to(backend.device)[state.ids], state.hidden)
     reverse = reverse_token_map(absolute, target_vocab=TARGET_VOCAB)
     model = ReducedVocabularyModel(EagleDraftModel(seed=4), reverse)
-    result = _run(run_draft, backend, model, state, steps=steps, topk=topk, token_map=given.to(map_dtype).to(backend.device),
+    result = _run(driver, backend, model, state, steps=steps, topk=topk, token_map=given.to(map_dtype).to(backend.device),
                   token_map_offsets=form == "offsets")
     oracle = ReducedVocabularyModel(EagleDraftModel(seed=4), reverse)
     _assert_records_match(result, reference_draft(oracle, state, steps=steps, topk=topk, token_map=absolute))
     assert bool(torch.isin(result.records[-1].tokens.cpu(), absolute).all()), "a drafted id is not a target id of the map"
+
+
+@pytest.mark.parametrize("form", ("ids", "offsets"))
+@pytest.mark.parametrize("map_dtype", (torch.int32, torch.int64))
+def test_run_draft_token_map(backend, form, map_dtype):
+    check_token_map(backend, form=form, map_dtype=map_dtype)
 
 
 class LaneDependentModel:
