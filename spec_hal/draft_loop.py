@@ -34,8 +34,8 @@ Loop for S steps (S - 1 draft forwards):
 Graph capture (``graph=DraftGraphs(batch_sizes)``): the whole loop (step 0 expansion and the S - 1
 steps) is one function of the batch-first state tensors (positions, probs, ids, hidden), captured
 by a :class:`~spec_hal.graphs.GraphRunner` per (model, steps, topk, loop options, token map,
-backend, input signature). The :class:`DraftGraphs` object owns those runners; the engine keeps it across decode
-rounds, so capture happens on the first round and every later round replays. The captured loop
+backend, input signature). The :class:`DraftGraphs` object owns those runners; the engine keeps it
+across decode rounds, so capture happens on the first round and every later round replays. The captured loop
 returns the step records concatenated batch first (scores, tokens, parents: (bs, sum of widths))
 and the last hidden as (bs, K, H); ``run_draft`` repacks them into a :class:`DraftResult` whose
 records are column slices (views) of those cloned outputs. No runner input is mutable: the
@@ -166,7 +166,8 @@ def parent_lanes(expansion: Expansion, *, step: int, topk: int) -> torch.Tensor:
 
 class DraftGraphs:
     """Captured draft loops, one :class:`~spec_hal.graphs.GraphRunner` per (model, steps, topk,
-    chain_hidden, backend, input signature), for ``run_draft(..., graph=graphs)``.
+    chain_hidden, the other run_draft options, token_map address, backend, input signature), for
+    ``run_draft(..., graph=graphs)``.
 
     Create one per draft model and batch-size bucket list and keep it for the engine's lifetime:
     the first ``run_draft`` call for a key captures one graph per bucket (warm-up, state guard,
