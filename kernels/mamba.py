@@ -214,9 +214,9 @@ def commit_mamba_state(
     bs = verdict.batch_size
     device = verdict.device
     steps = torch.empty((2, bs), dtype=torch.int32, device=device)
-    bytes_moved = torch.zeros((), dtype=torch.int64, device=device)
+    bytes_moved = torch.empty((), dtype=torch.int64, device=device)  # the steps kernel writes it (no fill launch)
     if bs == 0:
-        return MambaCommit(steps[0], steps[1], bytes_moved)
+        return MambaCommit(steps[0], steps[1], bytes_moved.zero_())
     slots = _vector(slots)
     track_slots = None if track_slots is None else _vector(track_slots)
     src_rows = None if src_rows is None else _vector(src_rows)
