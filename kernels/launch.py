@@ -4,6 +4,10 @@ Per-kernel launch configs live beside each kernel (``kernels/<family>.py``) as s
 :class:`KernelTarget`; the vendor decides the table (AMD runs wave64, so the same thread count is
 half as many warps), the SM/CU count decides how far a small batch is split.
 
+Also here: :func:`install_launchers`, which every kernel module goes through once (FP fusion
+pinned, the fast launcher of ``fast_launch.py`` installed), and host-code ``cdiv`` and
+``next_power_of_2`` (Triton's are ConstexprFunctions, costly per call).
+
 Write launch configs in threads per program and convert with :meth:`KernelTarget.warps`: 256
 threads are 8 warps on NVIDIA and 4 wavefronts on CDNA. A config written in warps silently
 doubles the threads on AMD (and can pass the 1024-thread workgroup limit there).
