@@ -52,9 +52,12 @@ def _generator_for(device: torch.device, generator: Optional[torch.Generator], s
     return seeded
 
 
-def _check_nan(probs: torch.Tensor, check_nan: bool) -> None:
+def _checked(name: str, probs: object, check_nan: bool) -> torch.Tensor:
+    """``probs`` checked as a (bs, V) float tensor; with ``check_nan``, NaN refused as upstream."""
+    probs = _probs.check_probs(name, probs)
     if check_nan and bool(torch.isnan(probs).any()):  # a host sync, as upstream's check
         raise ValueError("Input probs contains NaN.")
+    return probs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,9 +216,8 @@ def sampling_from_probs(
     which maps output i to row ``indices[i]``); with ``return_valid`` also (bs,) bool (row has mass).
     An all-zero row gives id 0."""
     del deterministic
-    probs = _probs.check_probs("probs", probs)
+    probs = _checked("probs", probs, check_nan)
     indices, legacy = _legacy_coins(indices)
-    _check_nan(probs, check_nan)
     return _sample(probs, indices, generator, seed, offset, return_valid, uniform_samples if uniform_samples is not None else legacy)
 
 
@@ -230,29 +232,25 @@ def sampling_from_logits(
 ) -> torch.Tensor:
     """Categorical sample of ``softmax(logits)`` per row: (bs,) int32 (or the dtype of ``indices``)."""
     del deterministic
-    logits = _probs.check_probs("logits", logits)
-    _check_nan(logits, check_nan)
+    logits = _checked("logits", logits, check_nan)
     return _sample(_probs.softmax_with_temperature(logits, None), indices, generator, seed, offset)
 
 
 def top_k_sampling_from_probs(probs, top_k, indices=None, deterministic=True, generator=None, check_nan=False, seed=None, offset=None):
     """Sample ``top_k_renorm_probs(probs, top_k)`` per row: (bs,) int32."""
-    probs = _probs.check_probs("probs", probs)
-    _check_nan(probs, check_nan)
+    probs = _checked("probs", probs, check_nan)
     return _sample(_probs.top_k_renorm(probs, top_k), indices, generator, seed, offset)
 
 
 def top_p_sampling_from_probs(probs, top_p, indices=None, deterministic=True, generator=None, check_nan=False, seed=None, offset=None):
     """Sample ``top_p_renorm_probs(probs, top_p)`` per row: (bs,) int32."""
-    probs = _probs.check_probs("probs", probs)
-    _check_nan(probs, check_nan)
+    probs = _checked("probs", probs, check_nan)
     return _sample(_probs.top_p_renorm(probs, top_p), indices, generator, seed, offset)
 
 
 def min_p_sampling_from_probs(probs, min_p, indices=None, deterministic=True, generator=None, check_nan=False, seed=None, offset=None):
     """Sample the entries ``>= min_p * max(row)``, renormalised, per row: (bs,) int32."""
-    probs = _probs.check_probs("probs", probs)
-    _check_nan(probs, check_nan)
+    probs = _checked("probs", probs, check_nan)
     return _sample(_min_p_filter(probs.to(torch.float32), min_p), indices, generator, seed, offset)
 
 
@@ -260,8 +258,7 @@ def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None, filter_ap
                                     deterministic=True, generator=None, check_nan=False, seed=None, offset=None):
     """Sample after top-k and top-p filtering: "top_k_first" applies top-p to the top-k
     renormalised row; "joint" keeps the entries in both sets of the original row."""
-    probs = _probs.check_probs("probs", probs)
-    _check_nan(probs, check_nan)
+    probs = _checked("probs", probs, check_nan)
     if filter_apply_order == "top_k_first":
         filtered = _probs.top_p_renorm(_probs.top_k_renorm(probs, top_k), top_p)
     elif filter_apply_order == "joint":
