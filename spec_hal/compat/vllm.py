@@ -31,14 +31,17 @@ What differs (also in ``docs/compat.md``):
   rows (and of the draft rows unless every request has ``max_spec_len`` drafts), the gather that
   ``verify_chain_sampling_ragged`` does too (the ragged op itself cannot take vLLM's rows: it wants
   T + bs target rows, a bonus row per request, and vLLM passes T). The padded layout is computed
-  on the host from the host list ``num_draft_tokens`` (vectorised, one pinned non-blocking copy);
-  ``cu_num_draft_tokens`` is checked for shape and dtype only.
+  on the host from the host list ``num_draft_tokens`` (vectorised, one pinned non-blocking copy)
+  and cached per count pattern (``LAYOUT_CACHE_SIZE`` patterns), so a repeated pattern costs no
+  copy; ``cu_num_draft_tokens`` is checked for shape and dtype only. The first call with a
+  pattern must not be inside a CUDA graph capture (the copy's pinned source would not outlive it).
 * Coins: one float32 draw of ``bs * (max_spec_len + 1)`` uniforms covers the unseeded requests'
   step and final coins; a seeded request's step coins are its generator's float64 draws over its
   drafts (vLLM's ``generate_uniform_probs``) rounded to float32, then one float32 final coin.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional, Protocol
 
 import numpy as np
@@ -50,6 +53,7 @@ from ..errors import InvalidInput
 PLACEHOLDER_TOKEN_ID = -1
 GREEDY_TEMPERATURE = 0  # vLLM >= 7f6fc1c; older releases marked greedy requests with -1
 MAX_SPEC_LEN = 128
+LAYOUT_CACHE_SIZE = 64  # count patterns whose device layout is kept
 
 
 class SamplingMetadata(Protocol):
@@ -91,6 +95,13 @@ class _Layout(NamedTuple):
 
 
 def _layout(num_draft_tokens, max_spec_len: int, device) -> _Layout:
+    """The layout of this count pattern on ``device``, built once per pattern (engines repeat a
+    few patterns: every request at S drafts, or S with some requests at 0)."""
+    return _cached_layout(tuple(num_draft_tokens), max_spec_len, str(torch.device(device)))
+
+
+@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
+def _cached_layout(num_draft_tokens: tuple, max_spec_len: int, device: str) -> _Layout:
     counts = np.asarray(num_draft_tokens, dtype=np.int64).reshape(-1)
     bs, total, width = counts.shape[0], int(counts.sum()), max_spec_len + 1
     starts = np.cumsum(counts) - counts
@@ -113,7 +124,8 @@ def _layout(num_draft_tokens, max_spec_len: int, device) -> _Layout:
 
 
 def _to_device(host: torch.Tensor, device) -> torch.Tensor:
-    """One host-to-device copy, from pinned memory without a host sync."""
+    """One host-to-device copy, from pinned memory without a host sync (once per count pattern:
+    the result is cached, so a CUDA graph captured after the first call replays no copy)."""
     if torch.device(device).type == "cpu":
         return host
     return host.pin_memory().to(device, non_blocking=True)
