@@ -33,6 +33,7 @@ from ..errors import InvalidInput
 from ..types import DraftTree
 from ..verify import verdict_into
 from . import _probs
+from . import flashinfer as _flashinfer
 
 # sgl-kernel's TreeMaskMode (eagle_utils.cu): FULL_MASK = 0, QLEN_ONLY = 1, QLEN_ONLY_BITPACKING = 2.
 TREE_MASK_MODES = {0: "full", 1: "qlen", 2: "bitpacked"}
@@ -303,6 +304,17 @@ def top_p_renorm_probs(probs: torch.Tensor, top_p: Union[torch.Tensor, float]) -
 
 top_k_renorm_prob = top_k_renorm_probs
 top_p_renorm_prob = top_p_renorm_probs
+
+
+# sgl_kernel/sampling.py's samplers (SGLang's sampler and speculative paths call them) take
+# FlashInfer's arguments in FlashInfer's order: (probs, top_p | min_p | top_k, top_p, indices,
+# [filter_apply_order,] deterministic, generator, check_nan) -> (bs,) int32 (read at
+# sgl-project/sglang 1c86442). spec_hal.compat.flashinfer's functions are those, with two trailing
+# FlashInfer arguments (seed, offset) that sgl-kernel lacks. Older sgl-kernel releases took
+# ``uniform_samples`` second and returned (samples, success); that form is not provided.
+top_p_sampling_from_probs = _flashinfer.top_p_sampling_from_probs
+top_k_top_p_sampling_from_probs = _flashinfer.top_k_top_p_sampling_from_probs
+min_p_sampling_from_probs = _flashinfer.min_p_sampling_from_probs
 
 
 # ----------------------------------------------------------------------------------------------
