@@ -7,7 +7,7 @@ cumulative offsets), the optional draft probabilities (None for n-gram drafts), 
 and the padded int32 output with ``PLACEHOLDER_TOKEN_ID`` (-1) follow
 ``vllm/v1/sample/rejection_sampler.py`` of vllm-project/vllm (read at commit 7f6fc1c; the
 signature is unchanged since 0097a7b, where ``GREEDY_TEMPERATURE`` was -1 instead of 0). Greedy
-requests (``temperature == GREEDY_TEMPERATURE``) go through ``spec_hal.verify_chain`` over the
+requests (``temperature == GREEDY_TEMPERATURE``) go through ``spec_hal.verify_chain_ragged`` over the
 target argmax (``spec_hal.draft_topk`` with k = 1), random ones through
 ``spec_hal.verify_chain_sampling``; both run on the backend for the tensors' device.
 
@@ -17,10 +17,7 @@ What differs (also in ``docs/compat.md``):
   where ``q = 0 < p`` (spec_hal accepts a draft its own distribution could not have produced).
 * The recovered token is an exact inverse-CDF sample of ``max(p - q, 0)`` with one uniform per
   request; vLLM draws V exponentials per request and takes ``argmax(residual / exp)``. Both sample
-  the same distribution; draws differ. The accept/reject coins are drawn exactly as vLLM draws
-  them (float64 ``torch.rand`` over all draft tokens, then each seeded request's slice from its
-  generator) and rounded to float32, so for the same generator state the accept decisions use the
-  same numbers (up to that rounding).
+  the same distribution; draws differ.
 * vLLM has no tree rejection sampler to mirror: its tree sampler (vllm-project/vllm PR 22752)
   was closed unmerged; SGLang-style tree verification is in ``spec_hal.compat.sgl_kernel``.
   vLLM's optional block verification (PR 46781) is not mirrored.
@@ -36,8 +33,10 @@ What differs (also in ``docs/compat.md``):
   copy; ``cu_num_draft_tokens`` is checked for shape and dtype only. The first call with a
   pattern must not be inside a CUDA graph capture (the copy's pinned source would not outlive it).
 * Coins: one float32 draw of ``bs * (max_spec_len + 1)`` uniforms covers the unseeded requests'
-  step and final coins; a seeded request's step coins are its generator's float64 draws over its
-  drafts (vLLM's ``generate_uniform_probs``) rounded to float32, then one float32 final coin.
+  step and final coins (vLLM draws float64 uniforms over the flat drafts); a seeded request's step
+  coins are its generator's float64 draws over its drafts, exactly as vLLM's
+  ``generate_uniform_probs`` draws them, rounded to float32 (so for the same generator state its
+  accept decisions use vLLM's numbers up to that rounding), then one float32 final coin.
 """
 from __future__ import annotations
 
