@@ -587,10 +587,7 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
 
 
 def _verdict_buffers(bs: int, nodes: int, width: int, device, out: Optional[Verdict]) -> Verdict:
-    if out is not None:
-        return out
-    return Verdict(torch.empty(bs * nodes, dtype=torch.int32, device=device), torch.empty((bs, width), dtype=torch.int32, device=device),
-                   torch.empty(bs, dtype=torch.int32, device=device), torch.empty(bs, dtype=torch.int32, device=device))
+    return out if out is not None else semantics.verdict_buffers(bs, nodes, width, device)
 
 
 @dataclass(frozen=True)
