@@ -303,6 +303,9 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{name}; {versions}")
     print(f"fast launch: {fast_launch.status()}; kernels with it installed: {len(fast_runs())}", flush=True)
+    if fast_launch.status().startswith("off"):
+        print(f"WARNING: the fast launcher is off here, so 'on' and 'off' below measure the same path. Launch-path "
+              f"fingerprint of this Triton: {fast_launch.launch_path_fingerprint()}", flush=True)
     report = {"device": name, "versions": versions, "status": fast_launch.status()}
     try:
         print("1. outputs with the fast launcher off / on / check:", flush=True)
