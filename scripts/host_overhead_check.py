@@ -1,6 +1,6 @@
 """GPU check of the fast Triton launcher (spec_hal/kernels/fast_launch.py, issue 15).
 
-    python scripts/host_overhead_check.py [--out DIR] [--calls 300] [--device cuda]
+    python scripts/host_overhead_check.py [--out DIR] [--calls 300] [--device cuda:0]
 
 1. Outputs: every op's example calls (bs = 1 from spec_hal/bench/examples.py, the same with every
    contiguous tensor input moved to a 16-byte-misaligned address, and bs = 3 with every out= form
@@ -280,7 +280,7 @@ def markdown(report: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--skip-timing", action="store_true")
@@ -292,6 +292,8 @@ def main(argv=None) -> int:
         print("no CUDA device: this check needs a GPU (the CPU tests are tests/test_fast_launch.py)")
         return 2
     else:
+        if device.index is None:  # "cuda": torch.cuda.set_device needs an index
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     import triton
 
