@@ -14,6 +14,7 @@ scatter, conv scatter, with no host sync and no small torch ops in between.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -130,6 +131,7 @@ def _commit_steps_kernel(
 # launch configs
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of ints: computed once per shape
 def scatter_config(target: KernelTarget, element_size: int, state_numel: int) -> tuple[int, int]:
     """(BLOCK elements, num_warps) of the scatter.
 
@@ -154,17 +156,19 @@ def _vector(tensor: torch.Tensor) -> torch.Tensor:
 
 def _launch_scatter(*, dst, src, dst_slots, src_steps, src_rows, target: KernelTarget) -> None:
     requests = dst_slots.shape[0]
-    state_numel = math.prod(dst.shape[2:])
-    if requests == 0 or dst.shape[0] == 0 or state_numel == 0:
+    dst_shape, src_shape = dst.shape, src.shape  # read once: each read of a tensor's metadata is a C++ call
+    state_numel = math.prod(dst_shape[2:])
+    if requests == 0 or dst_shape[0] == 0 or state_numel == 0:
         return
     block, warps = scatter_config(target, dst.element_size(), state_numel)
     tiles = cdiv(state_numel, block)
     rows = _vector(src_rows) if src_rows is not None else dst_slots  # placeholder pointer, never read
+    dst_stride, src_stride = dst.stride(), src.stride()
     for first in range(0, requests, MAX_GRID_Y):  # one launch unless there are > 65,535 requests
-        _scatter_state_kernel[(dst.shape[0] * tiles, min(requests - first, MAX_GRID_Y))](
+        _scatter_state_kernel[(dst_shape[0] * tiles, min(requests - first, MAX_GRID_Y))](
             dst, src, dst_slots, src_steps, rows,
-            dst.stride(0), dst.stride(1), src.stride(0), src.stride(1), src.stride(2),
-            dst.shape[1], src.shape[2], src.shape[1], state_numel, tiles, first,
+            dst_stride[0], dst_stride[1], src_stride[0], src_stride[1], src_stride[2],
+            dst_shape[1], src_shape[2], src_shape[1], state_numel, tiles, first,
             HAS_ROWS=src_rows is not None, BLOCK=block, num_warps=warps,
         )
 

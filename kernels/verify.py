@@ -522,6 +522,7 @@ class SamplingLaunch:
         return max(_pow2(self.sums_width), self.sub)
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of an int, called several times per launch
 def _pow2(count: int) -> int:
     return max(next_power_of_2(max(count, 1)), 2)
 
@@ -590,17 +591,18 @@ def _verdict_buffers(bs: int, nodes: int, width: int, device, out: Optional[Verd
     return out if out is not None else semantics.verdict_buffers(bs, nodes, width, device)
 
 
-@dataclass(frozen=True)
 class MaskArgs:
-    """A launch's mask arguments: (mask, index, num_masks, width) pointers/ints and the two flags.
-    Without a mask the pointers are ``placeholder`` (never read)."""
+    """A launch's mask arguments: ``args`` = (mask, index, num_masks, width) pointers/ints and
+    ``flags`` = the two constexpr flags. Without a mask the pointers are ``placeholder`` (never
+    read). A plain class with slots: built on every verify call, where a frozen dataclass's
+    ``__init__`` and properties cost microseconds."""
 
-    mask: torch.Tensor
-    index: torch.Tensor
-    num_masks: int
-    width: int
-    has_mask: bool
-    has_index: bool
+    __slots__ = ("mask", "index", "num_masks", "width", "has_mask", "has_index", "args", "flags")
+
+    def __init__(self, mask: torch.Tensor, index: torch.Tensor, num_masks: int, width: int, has_mask: bool, has_index: bool):
+        self.mask, self.index, self.num_masks, self.width, self.has_mask, self.has_index = mask, index, num_masks, width, has_mask, has_index
+        self.args = (mask, index, num_masks, width)
+        self.flags = _MASK_FLAGS[has_mask, has_index]  # shared: callers only unpack it (**flags copies)
 
     @classmethod
     def of(cls, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor], placeholder: torch.Tensor) -> "MaskArgs":
@@ -610,13 +612,8 @@ class MaskArgs:
         index = bitmask_index.contiguous() if bitmask_index is not None else mask
         return cls(mask, index, mask.shape[0], mask.shape[1], True, bitmask_index is not None)
 
-    @property
-    def args(self) -> tuple:
-        return self.mask, self.index, self.num_masks, self.width
 
-    @property
-    def flags(self) -> dict:
-        return {"HAS_MASK": self.has_mask, "HAS_INDEX": self.has_index}
+_MASK_FLAGS = {(mask, index): {"HAS_MASK": mask, "HAS_INDEX": index} for mask in (False, True) for index in (False, True)}
 
 
 def _argmax_tiles(logits: torch.Tensor, target: KernelTarget, masks: Optional[MaskArgs] = None):

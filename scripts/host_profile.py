@@ -19,7 +19,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import statistics
 import sys
 import time
 
@@ -44,8 +43,9 @@ def _no_launch(*args, **kwargs):
     return None
 
 
-def time_op(fn, args, kwargs, calls: int, trials: int = 5) -> float:
-    """Median over ``trials`` of µs per call over ``calls`` back-to-back calls."""
+def time_op(fn, args, kwargs, calls: int, trials: int = 7) -> float:
+    """Least over ``trials`` of µs per call over ``calls`` back-to-back calls (the least: on a
+    shared machine other processes only ever add time)."""
     for _ in range(50):
         fn(*args, **kwargs)
     samples = []
@@ -54,7 +54,7 @@ def time_op(fn, args, kwargs, calls: int, trials: int = 5) -> float:
         for _ in range(calls):
             fn(*args, **kwargs)
         samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
+    return min(samples)
 
 
 def main(argv=None) -> int:
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     calls = op_calls(torch.device("cpu"))
     wanted = [op for op in args.ops.split(",") if op] or sorted(calls)
     print(f"# host µs per call, launches stubbed ({stubbed} kernels), backend {spec_hal.get_backend().name}, "
-          f"torch {torch.__version__}, {args.calls} calls x 5 trials, median")
+          f"torch {torch.__version__}, {args.calls} calls x 7 trials, least")
     for op in wanted:
         op_args, op_kwargs = calls[op]
         fn = getattr(spec_hal, op)

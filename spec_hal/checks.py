@@ -51,7 +51,7 @@ def tensor(
     """
     if not isinstance(value, torch.Tensor):
         raise InvalidInput(name, "a torch.Tensor", type(value).__name__)
-    if value.device.type == "meta":  # no data: an op on it would silently return meta outputs
+    if value.is_meta:  # no data: an op on it would silently return meta outputs
         raise InvalidInput(name, "a tensor with data", "a tensor on the meta device")
     if ndim is not None and value.dim() != ndim:
         raise InvalidInput(name, f"a {ndim}-D tensor", f"shape {tuple(value.shape)}")

@@ -135,11 +135,11 @@ def _check_state_pair(dst_name: str, dst: object, src_name: str, src: object) ->
     checks.tensor(dst_name, dst, dtypes=STATE_DTYPES)
     if dst.dim() < 2:
         raise InvalidInput(dst_name, "an (L, slots, *state) tensor of at least 2 dimensions", f"shape {tuple(dst.shape)}")
-    checks.tensor(src_name, src, dtypes=(dst.dtype,), device=dst.device, ndim=dst.dim() + 1)
     want = (dst.shape[0], None, None, *dst.shape[2:])
-    checks.tensor(src_name, src, shape=want)
+    checks.tensor(src_name, src, dtypes=(dst.dtype,), device=dst.device, ndim=dst.dim() + 1, shape=want)
     for name, tensor, leading in ((dst_name, dst, 2), (src_name, src, 3)):
-        if not _state_strides_contiguous(tensor, leading):
+        # a contiguous tensor (the common case, one C++ call) has contiguous trailing dimensions
+        if not tensor.is_contiguous() and not _state_strides_contiguous(tensor, leading):
             raise InvalidInput(name, f"a contiguous state (dimensions {leading} onward)", f"strides {tensor.stride()}")
 
 

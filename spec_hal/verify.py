@@ -139,7 +139,72 @@ def _check_masked_logits(target_predict, token_bitmask, bitmask_index, rows: int
     check_bitmask(token_bitmask, bitmask_index, rows=rows, vocab=target_predict.shape[-1], device=device)
 
 
+def _index_like(value, shape, device) -> bool:
+    """True when ``value`` is an int32/int64 tensor of ``shape`` on ``device`` (the fast paths'
+    test: anything else goes to the detailed checks, which name the argument)."""
+    return isinstance(value, torch.Tensor) and value.shape == shape and value.dtype in _INDEX_DTYPES and value.device == device
+
+
+def _tree_ok(tree):
+    """(bs, nodes, device) of a valid tree with a non-meta device, else None (the common case in
+    a few comparisons; ``_check_tree`` says what is wrong)."""
+    if type(tree) is not DraftTree:
+        return None
+    first, steps = tree.retrieve_index, tree.num_steps
+    if not (type(steps) is int and 0 <= steps <= MAX_TREE_STEPS and isinstance(first, torch.Tensor) and first.dim() == 2
+            and not first.is_meta and first.dtype in _INDEX_DTYPES):
+        return None
+    shape, device = first.shape, first.device
+    if shape[1] == 0 or not (_index_like(tree.retrieve_next_token, shape, device) and _index_like(tree.retrieve_next_sibling, shape, device)):
+        return None
+    return shape, device
+
+
+def _target_predict_ok(value, shape, device) -> bool:
+    """``_check_target_predict``'s common cases: (bs, N) ids or (bs*N, V) / (bs, N, V) float logits."""
+    if not isinstance(value, torch.Tensor) or value.device != device:
+        return False
+    dtype = value.dtype
+    if dtype in _INDEX_DTYPES:
+        return value.shape == shape or value.shape == (shape[0] * shape[1],)
+    if dtype not in _FLOAT_DTYPES:
+        return False
+    got = value.shape
+    if len(got) == 3:
+        return got[0] == shape[0] and got[1] == shape[1] and got[2] > 0
+    return len(got) == 2 and got[0] == shape[0] * shape[1] and got[1] > 0
+
+
+def _probs_ok(value, bs: int, rows: int, device):
+    """``_check_probs``'s accepted cases: V of (bs, rows, V) or (bs*rows, V) float32 probabilities
+    on ``device`` with 1 <= V <= MAX_VOCAB, else None."""
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or value.device != device:
+        return None
+    got = value.shape
+    if len(got) == 3 and got[0] == bs and got[1] == rows or len(got) == 2 and got[0] == bs * rows:
+        vocab = got[-1]
+        if 1 <= vocab <= MAX_VOCAB:
+            return vocab
+    return None
+
+
+def _float32_like(value, shape, device) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.shape == shape and value.device == device
+
+
+def _threshold_ok(value) -> bool:
+    return type(value) is float and 0.0 <= value <= 1.0  # else _check_threshold decides (ints, NaN, errors)
+
+
+_INDEX_DTYPES = frozenset(checks.INDEX_DTYPES)
+_FLOAT_DTYPES = frozenset(checks.FLOAT_DTYPES)
+
+
 def check_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> None:
+    if token_bitmask is None and bitmask_index is None and out is None:  # the common call: checked in a few comparisons
+        found = _tree_ok(tree)
+        if found is not None and _index_like(candidates, found[0], found[1]) and _target_predict_ok(target_predict, *found):
+            return
     bs, nodes, device = _check_tree(tree)
     checks.tensor("candidates", candidates, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, nodes))
     _check_target_predict("target_predict", target_predict, bs, nodes, device)
@@ -149,6 +214,14 @@ def check_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None,
 
 def check_verify_sampling(tree, candidates, target_probs, coins, final_coins, *, threshold_single=1.0, threshold_acc=1.0,
                           token_bitmask=None, bitmask_index=None, out=None) -> None:
+    if token_bitmask is None and bitmask_index is None and out is None:  # the common call: checked in a few comparisons
+        found = _tree_ok(tree)
+        if found is not None:
+            shape, device = found
+            if (_index_like(candidates, shape, device) and _probs_ok(target_probs, shape[0], shape[1], device) is not None
+                    and _float32_like(coins, shape, device) and _float32_like(final_coins, shape[:1], device)
+                    and _threshold_ok(threshold_single) and _threshold_ok(threshold_acc)):
+                return
     bs, nodes, device = _check_tree(tree)
     checks.tensor("candidates", candidates, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, nodes))
     vocab = _check_probs("target_probs", target_probs, bs, nodes, device)
@@ -161,6 +234,10 @@ def check_verify_sampling(tree, candidates, target_probs, coins, final_coins, *,
 
 
 def check_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> None:
+    if (token_bitmask is None and bitmask_index is None and out is None and isinstance(candidates, torch.Tensor)
+            and candidates.dim() == 2 and not candidates.is_meta and candidates.dtype in _INDEX_DTYPES and candidates.shape[1] > 0
+            and _target_predict_ok(target_predict, candidates.shape, candidates.device)):
+        return  # the common call, checked in a few comparisons
     checks.tensor("candidates", candidates, ndim=2, dtypes=checks.INDEX_DTYPES)
     bs, width = candidates.shape
     if width == 0:
@@ -172,6 +249,13 @@ def check_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmas
 
 def check_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
                                 out=None) -> None:
+    if (token_bitmask is None and bitmask_index is None and out is None and isinstance(draft_ids, torch.Tensor) and draft_ids.dim() == 2
+            and not draft_ids.is_meta and draft_ids.dtype in _INDEX_DTYPES):  # the common call: checked in a few comparisons
+        shape, device = draft_ids.shape, draft_ids.device
+        vocab = _probs_ok(target_probs, shape[0], shape[1] + 1, device)
+        if (vocab is not None and (draft_probs is None or _probs_ok(draft_probs, shape[0], shape[1], device) == vocab)
+                and _float32_like(coins, shape, device) and _float32_like(final_coins, shape[:1], device)):
+            return
     checks.tensor("draft_ids", draft_ids, ndim=2, dtypes=checks.INDEX_DTYPES)
     bs, steps = draft_ids.shape
     device = draft_ids.device
