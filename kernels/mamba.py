@@ -186,6 +186,8 @@ def _steps_launch(verdict, seq_lens, *, track_interval, steps, slots=None, track
     accept_index = verdict.accept_index
     if accept_index.stride(1) != 1:
         accept_index = accept_index.contiguous()
+    bs, width = accept_index.shape  # read once (Verdict's batch_size and num_nodes are properties over them)
+    nodes = verdict.predict.shape[0] // bs if bs else 0
     placeholder = steps  # pointer arguments a variant never reads
     has_track = track_interval is not None
     _commit_steps_kernel[(1,)](
@@ -194,17 +196,18 @@ def _steps_launch(verdict, seq_lens, *, track_interval, steps, slots=None, track
         placeholder if track_slots is None else track_slots,
         placeholder if src_rows is None else src_rows,
         steps, placeholder if index is None else index, placeholder if bytes_moved is None else bytes_moved,
-        verdict.batch_size, accept_index.stride(0), accept_index.shape[1], verdict.num_nodes,
+        bs, accept_index.stride(0), width, nodes,
         track_interval if has_track else 1, num_slots, num_rows, bytes_per_request,
         HAS_TRACK=has_track, FOR_COMMIT=bytes_moved is not None, HAS_ROWS=src_rows is not None,
-        BLOCK=min(max(next_power_of_2(verdict.batch_size), 16), STEPS_BLOCK), num_warps=4,
+        BLOCK=min(max(next_power_of_2(bs), 16), STEPS_BLOCK), num_warps=4,
     )
 
 
 def mamba_commit_steps(verdict, seq_lens, *, track_interval: Optional[int] = None, target: KernelTarget):
     """Triton provider of ``mamba_commit_steps`` (one launch)."""
-    bs = verdict.batch_size
-    steps = torch.empty((2, bs), dtype=torch.int32, device=verdict.device)
+    accept_index = verdict.accept_index
+    bs = accept_index.shape[0]
+    steps = torch.empty((2, bs), dtype=torch.int32, device=accept_index.device)
     if bs:
         _steps_launch(verdict, seq_lens, track_interval=track_interval, steps=steps)
     return steps[0], steps[1]

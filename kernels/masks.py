@@ -14,6 +14,8 @@ unconstrained rows.
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Optional
 
 import torch
@@ -58,6 +60,7 @@ def _apply_bitmask_kernel(logits_ptr, stride_row, stride_col, vocab, mask_ptr, i
              mask=in_vocab & constrained & (allowed == 0))
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of ints: computed once per shape
 def _block(target: KernelTarget, vocab: int) -> int:
     if target.vendor == "interpreter":
         return min(max(next_power_of_2(vocab), 32), 65536)
@@ -72,9 +75,10 @@ def apply_token_bitmask_(logits: torch.Tensor, token_bitmask: torch.Tensor, *, b
         return logits
     block = _block(target, vocab)
     index = bitmask_index if bitmask_index is not None else token_bitmask  # placeholder, never read
+    stride_row, stride_col = logits.stride()
+    num_masks, width = token_bitmask.shape
     _apply_bitmask_kernel[(rows, cdiv(vocab, block))](
-        logits, logits.stride(0), logits.stride(1), vocab, token_bitmask.contiguous(), index, token_bitmask.shape[0],
-        token_bitmask.shape[1], BLOCK=block, HAS_INDEX=bitmask_index is not None, num_warps=target.warps(256))
+        logits, stride_row, stride_col, vocab, token_bitmask.contiguous(), index, num_masks, width, BLOCK=block, HAS_INDEX=bitmask_index is not None, num_warps=target.warps(256))
     return logits
 
 

@@ -24,6 +24,8 @@ run their reference on the device (``explain()`` lists them as reference provide
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -131,6 +133,7 @@ class TreeLaunch:
     num_warps: int
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of ints: computed once per shape
 def launch_config(target: KernelTarget, num_nodes: int) -> TreeLaunch:
     """Warps per program from the N_PAD^2 matrix size: about 8 elements per lane, at most 4 warps
     of 32 (NVIDIA) or 2 wavefronts of 64 (AMD); the interpreter runs one program at a time."""
