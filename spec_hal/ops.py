@@ -28,6 +28,13 @@ _DEVICE_CACHES: list[dict] = []
 
 
 def _first_tensor_device(args, kwargs) -> torch.device:
+    if args:  # the usual call: the first positional argument decides, without building a tuple of all
+        first = args[0]
+        if isinstance(first, torch.Tensor):
+            return first.device
+        device = getattr(first, "device", None) if not isinstance(first, (tuple, list)) else None
+        if isinstance(device, torch.device):
+            return device
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
             return value.device
