@@ -41,6 +41,54 @@ def _set(position, number):
     return change
 
 
+def _set_many(changes: dict):
+    """A changer: copy of the tensor with flat elements ``position: number`` set."""
+    def change(tensor):
+        changed = tensor.clone()
+        for position, number in changes.items():
+            changed.view(-1)[position] = number
+        return changed
+    return change
+
+
+# A (3, 4) accept_index of own-block ids (N = 5) whose accept_lens [2, 3, 4] use flat entries
+# 0-1, 4-6 and 8-11; flat 3 (rank 3 of request 0) is unused: a foreign id there is no error.
+_OWN_BLOCK = torch.arange(4)[None, :] + 5 * torch.arange(3)[:, None]
+_LENS = torch.tensor([2, 3, 4])
+
+
+def _verdict_values(op: str, *, lens=_LENS, index: dict, **changes) -> fuzz.Call:
+    return _with(op, verdict__accept_lens=lens, verdict__accept_index=_set_many(index)(_OWN_BLOCK), **changes)
+
+
+# Two invalid entries of one argument (the smaller flat index is recorded, whatever the order of
+# the kernel's threads), and invalid entries of both arguments (the first argument wins, even at a
+# larger index): the record codes of docs/reliability.md. Value: (call, the record expected).
+TWO_INVALID = {
+    **{f"{op} two foreign accept_index entries": (lambda op=op: (_verdict_values(op, index={3: 99, 9: 2**40, 6: -1}),
+                                                                 (op, "verdict.accept_index", 6)))
+       for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens")},
+    **{f"{op} two invalid accept_lens": (lambda op=op: (_verdict_values(op, lens=torch.tensor([2, 0, 9]), index={}),
+                                                        (op, "verdict.accept_lens", 1)))
+       for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens")},
+    **{f"{op} invalid accept_lens and accept_index": (lambda op=op: (_verdict_values(op, lens=torch.tensor([2, 3, 7]), index={0: -1}),
+                                                                     (op, "verdict.accept_lens", 2)))
+       for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens")},
+    # Rows of 5000 floats: several column tiles on GPUs, of which only the first records.
+    "compact_accepted wide rows two foreign entries": lambda: (
+        _verdict_values("compact_accepted", index={9: 2**40, 6: -1}, x=torch.randn(15, 5000)),
+        ("compact_accepted", "verdict.accept_index", 6)),
+    "move_kv two invalid sources": lambda: (_with("move_kv", src=torch.tensor([3, 7, -1, 12, 50, -2])), ("move_kv", "src", 4)),
+    "move_kv invalid destination and source": lambda: (_with("move_kv", src=torch.tensor([3, 7, -1, 12, 30, 41]),
+                                                             dst=torch.tensor([-3, 8, 9, -1, 31, 2])), ("move_kv", "src", 5)),
+    # Caches of 40 and 30 slots: slot 35 is invalid (the smallest num_slots counts) though the
+    # first cache has it; the kernel launches once per cache here, and both record the same.
+    "move_kv slot past the smaller cache": lambda: (_with("move_kv", caches=lambda caches: [caches[0], caches[1][:30]],
+                                                          src=torch.tensor([3, 7, -1, 12, 35, 1]), dst=torch.tensor([4, 8, 9, 33, 31, 2])),
+                                                    ("move_kv", "src", 4)),
+}
+
+
 CASES = {
     # build_tree: a full mask sized by a seq_lens_sum that lies, negative lengths (#20).
     "build_tree seq_lens_sum 0": lambda: _with("build_tree", seq_lens_sum=0),
@@ -86,6 +134,7 @@ CASES = {
     "draft_topk token_map entries -1": lambda: _with("draft_topk", token_map=lambda m: torch.full_like(m, -1)),
     "scatter_mamba_state slot 2^32+1": lambda: _with("scatter_mamba_state", dst_slots=torch.tensor([2**32 + 1, -1, 4])),
     "scatter_mamba_state step -2": lambda: _with("scatter_mamba_state", src_steps=torch.tensor([-2, 2, 3])),
+    **{label: (lambda case=case: case()[0]) for label, case in TWO_INVALID.items()},
 }
 
 
@@ -93,6 +142,14 @@ CASES = {
 def test_invalid_value_follows_the_rule(backend, label):
     outcome = fuzz.outcome(backend, CASES[label](), label)
     assert outcome.startswith("reference answer"), outcome
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in TWO_INVALID])
+def test_smallest_record_wins(backend, label):
+    """The flag holds the record written in TWO_INVALID (reliability.md's codes, not an output)."""
+    call, expected = TWO_INVALID[label]()
+    _, _, flagged = fuzz._run(getattr(backend, call.op), call, fuzz._to(call.args, backend.device), backend.device)
+    assert flagged == [expected]
 
 
 @pytest.mark.spec_hal_op("commit_mamba_state")
