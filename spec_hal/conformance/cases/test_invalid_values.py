@@ -65,8 +65,11 @@ def _verdict_values(op: str, *, lens=_LENS, index: dict, **changes) -> fuzz.Call
 # the kernel's threads), and invalid entries of both arguments (the first argument wins, even at a
 # larger index): the record codes of docs/reliability.md. Value: (call, the record expected).
 TWO_INVALID = {
-    **{f"{op} two foreign accept_index entries": (lambda op=op: (_verdict_values(op, index={3: 99, 9: 2**40, 6: -1}),
-                                                                 (op, "verdict.accept_index", 6)))
+    **{f"{op} foreign accept_index entries of two requests": (
+        lambda op=op: (_verdict_values(op, index={3: 99, 9: 2**40, 6: -1}), (op, "verdict.accept_index", 6)))
+       for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens")},
+    **{f"{op} foreign accept_index entries of one request": (
+        lambda op=op: (_verdict_values(op, index={11: 2**40, 9: 4}), (op, "verdict.accept_index", 9)))
        for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens")},
     **{f"{op} two invalid accept_lens": (lambda op=op: (_verdict_values(op, lens=torch.tensor([2, 0, 9]), index={}),
                                                         (op, "verdict.accept_lens", 1)))
