@@ -70,12 +70,13 @@ def _compact_rows_kernel(x_ptr, x_stride, out_ptr, accept_index_ptr, index_strid
     # Ranks past the path (or past the accept width) never read accept_index: bug 4b's OOB read.
     source = tl.load(accept_index_ptr + b * index_stride_row + rank * index_stride_col, mask=on_path, other=0).to(tl.int64)
     own = (source >= b * num_nodes) & (source < (b + 1) * num_nodes)
-    # Default-mode records (spec_hal.compaction.record_verdict_values), by the first column tile:
-    # accept_lens at index b (from rank 0), a used entry outside the block at index b*W + rank.
+    # Default-mode records (spec_hal.compaction.record_verdict_values), by the first column tile,
+    # one atomic a row: accept_lens outside [1, min(W, N)] at index b (from rank 0; it sorts
+    # before any accept_index record), else a used entry outside the block at index b*W + rank.
     records = in_rows & (tl.program_id(1) == 0)
-    limit = tl.minimum(width, num_nodes)
-    record_invalid(flag_ptr, flag_code, records & (rank == 0) & ((length < 1) | (length > limit)), b)
-    record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, records & on_path & ~own, b * width + rank)
+    lens_bad = (rank == 0) & ((length < 1) | (length > tl.minimum(width, num_nodes)))
+    record_invalid(flag_ptr, flag_code, records & (lens_bad | (on_path & ~own)),
+                   tl.where(lens_bad, b, ARGUMENT_STEP + b * width + rank))
     source = tl.where(on_path & own, source, row)  # own block only
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = in_rows[:, None] & (cols < columns)[None, :]
@@ -86,14 +87,21 @@ def _compact_rows_kernel(x_ptr, x_stride, out_ptr, accept_index_ptr, index_strid
 def compact_launch(target: KernelTarget, columns: int, element_size: int) -> tuple[int, int, int]:
     """(ROWS, BLOCK columns, warps): tiles of up to 16 KiB on GPUs (narrow rows such as predict
     share a program, wide hidden rows split into column tiles); the interpreter takes whole rows
-    and many of them per program (its cost is per program)."""
+    and many of them per program (its cost is per program).
+
+    Per-thread limits keep every tile in registers (the compile matrix's resource report): at most
+    8 rows per thread (each row carries its own int64 source index and pointers: 16384 one-column
+    rows in 256 threads spilled on every target) and 64 bytes per thread on NVIDIA, 32 on AMD
+    (a 64-byte share spilled VGPRs on CDNA; there the 16 KiB tile takes 8 wavefronts)."""
     block = max(triton.next_power_of_2(columns), 1)
     if target.vendor == "interpreter":
         return max(1, min(1024, 65536 // block)), block, 1
     block = min(block, 16384 // element_size)
-    rows = max(1, 16384 // (block * element_size))
-    warps = max(1, min(8, rows * block * element_size // (16 * target.warp_size * 4)))
-    return rows, block, warps
+    bytes_per_thread = 32 if target.vendor == "amd" else 64
+    max_threads = 8 * target.warp_size
+    rows = max(1, min(16384 // (block * element_size), 8 * max_threads))
+    threads = max(rows * block * element_size // bytes_per_thread, triton.cdiv(rows, 8))
+    return rows, block, max(1, min(8, threads // target.warp_size))
 
 
 def bonus_tokens(verdict, *, out=None, target: KernelTarget):
