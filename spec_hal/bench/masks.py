@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import harness
+from .examples import tree_verify_inputs
 from .report import Column, Context, Table, ratio, us
 
 SIZES = {
@@ -30,18 +31,6 @@ RAGGED_COLUMNS = [Column("op", "ragged op (vs its padded op)"), Column("bs", "bs
                   Column("vocab", "V", "int"), Column("drafts", "drafts T", "int"), Column("padded_drafts", "padded bs*S", "int"),
                   Column("ragged_us", "ragged (us)", "us"), Column("padded_us", "padded (us)", "us"),
                   Column("ragged_ratio", "ragged / padded", "ratio")]
-
-
-def _tree_inputs(bs, nodes, steps, vocab, device):
-    from ..conformance.trees import random_tree, tree_to
-
-    tree, candidates = random_tree(bs, nodes, steps, seed=bs + nodes, vocab=vocab)
-    generator = torch.Generator(device=device).manual_seed(0)
-    logits = torch.randn(bs * nodes, vocab, device=device, generator=generator)
-    first_child = candidates.gather(1, tree.retrieve_next_token.clamp(min=0)).reshape(-1).to(device)
-    rows = torch.arange(0, bs * nodes, 2, device=device)
-    logits[rows, first_child[rows]] = 20.0
-    return tree_to(tree, device), candidates.to(device), logits
 
 
 def _masks(rows, vocab, device):
@@ -62,7 +51,7 @@ def _masked_rows(ctx, table, sizes):
         for bs in sizes["batches"]:
             for nodes, steps in sizes["trees"]:
                 ctx.progress(f"masks bs={bs} N={nodes} V={vocab}")
-                tree, candidates, logits = _tree_inputs(bs, nodes, steps, vocab, device)
+                tree, candidates, logits = tree_verify_inputs(bs, nodes, steps, vocab, device, sampling=False)[:3]
                 mask, index = _masks(bs * nodes, vocab, device)
                 probs = torch.softmax(logits, dim=1).view(bs, nodes, vocab)
                 generator = torch.Generator(device=device).manual_seed(1)
