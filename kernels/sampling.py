@@ -76,14 +76,15 @@ def _weights(level, table_ptr):
 
 
 @triton.jit
-def _kept_weights(x, cols, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr):
-    """Steps 2-4: the kept weights (int64) of one vocabulary block."""
+def _kept_weights(x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr):
+    """Steps 2-4: the kept weights (int64, 0 outside ``ok``) of logits ``x`` (R, L) at token
+    ``ids`` (R, L) or (1, L) of their rows."""
     level = _levels(x, row_max, scale)
     weight = _weights(level, table_ptr)
-    rank_key = level * ID_SCALE + cols[None, :].to(tl.int64)
+    rank_key = level * ID_SCALE + ids.to(tl.int64)
     keep = ok & (rank_key <= key_cut[:, None]) & (level <= level_cut[:, None]) & (weight >= min_weight[:, None])
     kept = tl.where(keep, weight, 0)
-    return tl.where(greedy[:, None], tl.where(cols[None, :] == argmax[:, None], TOP_WEIGHT, 0), kept)
+    return tl.where(ok, tl.where(greedy[:, None], tl.where(ids == argmax[:, None], TOP_WEIGHT, 0), kept), 0)
 
 
 @triton.jit
@@ -121,20 +122,13 @@ def _hash_coin(seed, offset, position, purpose):
 
 
 @triton.jit
-def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, rows_per_request,
-                    greedy_ptr, scale_ptr, top_k_ptr, top_p_ptr, min_weight_ptr, table_ptr, probs_ptr, lse_ptr,
+def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
                     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
-    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
-    request = tl.where(row_ok, row // rows_per_request, 0)
-    greedy = tl.load(greedy_ptr + request, mask=row_ok, other=1) != 0
-    scale = tl.load(scale_ptr + request, mask=row_ok, other=1.0)
-    top_k = tl.load(top_k_ptr + request, mask=row_ok, other=0)
-    top_p = tl.load(top_p_ptr + request, mask=row_ok, other=1.0)
-    min_weight = tl.load(min_weight_ptr + request, mask=row_ok, other=0)
-    row_offsets = row.to(tl.int64) * stride_row
+    """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
+    top-p level cut, kept total W'). Passes over a row: one for max/argmax(/lse); with top-p on,
+    one for the total weight; with top-p or top-k on, the 16-step level search, one tie count and
+    (only when the top-k cut splits a tie) the id search; one for the kept total."""
     num_blocks = tl.cdiv(vocab, BLOCK_V)
-
     # Pass 1: max, argmax (lowest id of the max) and, for raw logprobs, the online log-sum-exp.
     row_max = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
     argmax = tl.zeros([BLOCK_R], dtype=tl.int32)
@@ -153,13 +147,11 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
             block_sum = tl.sum(tl.where(finite[:, None], tl.exp(x - new_max[:, None]), 0.0), axis=1)
             sum_exp = sum_exp * rescale + block_sum
         row_max = new_max
-    if WANT_LSE:
-        lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
-        tl.store(lse_ptr + row, lse, mask=row_ok)
+    lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
 
     # The cuts, by bitwise searches for the largest level L whose (monotone) predicate holds:
     # top-p's float64(mass of levels < L) < top_p * W, top-k's count(levels < L) < k. The two
-    # searches share their passes over the row.
+    # searches share their passes over the row; rows with neither mask skip them.
     use_top_p = row_ok & (greedy == 0) & (top_p < 1)
     use_top_k = row_ok & (greedy == 0) & (top_k > 0)
     level_cut = tl.full([BLOCK_R], LEVEL_MAX, dtype=tl.int64)
@@ -169,13 +161,14 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
         if tl.max(use_top_p.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                ok = row_ok[:, None] & (cols[None, :] < vocab)
+                ok = use_top_p[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                 total += tl.sum(tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr), 0), axis=1)
         bound = top_p * total.to(tl.float64)
         cut_p = tl.zeros([BLOCK_R], dtype=tl.int64)
         cut_k = tl.zeros([BLOCK_R], dtype=tl.int64)
         below_k = tl.zeros([BLOCK_R], dtype=tl.int64)  # count(levels < cut_k)
+        searching = use_top_p | use_top_k
         for step in range(LEVEL_SEARCH_BITS):
             bit = tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - step)
             candidate_p = cut_p | bit
@@ -184,7 +177,7 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
             count = tl.zeros([BLOCK_R], dtype=tl.int64)
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                ok = row_ok[:, None] & (cols[None, :] < vocab)
+                ok = searching[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                 level = _levels(x, row_max, scale)
                 mass += tl.sum(tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr), 0), axis=1)
@@ -200,7 +193,7 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
         if tl.max(use_top_k.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                ok = row_ok[:, None] & (cols[None, :] < vocab)
+                ok = use_top_k[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                 tied += tl.sum(tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0), axis=1).to(tl.int64)
         id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
@@ -213,7 +206,7 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
                 count = tl.zeros([BLOCK_R], dtype=tl.int64)
                 for k in range(num_blocks):
                     cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                    ok = row_ok[:, None] & (cols[None, :] < vocab)
+                    ok = split_tie[:, None] & (cols[None, :] < vocab)
                     x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                     hit = ok & (_levels(x, row_max, scale) == cut_k[:, None]) & (cols[None, :].to(tl.int64) < candidate[:, None])
                     count += tl.sum(tl.where(hit, 1, 0), axis=1).to(tl.int64)
@@ -221,23 +214,49 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
             id_cut = tl.where(split_tie, found, id_cut)
         key_cut = tl.where(use_top_k, cut_k * ID_SCALE + id_cut, key_cut)
 
-    # The kept total, then the probabilities (one correctly rounded float32 division each).
+    # The kept total W'.
     kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
     for k in range(num_blocks):
         cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
         ok = row_ok[:, None] & (cols[None, :] < vocab)
         x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-        kept = _kept_weights(x, cols, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-        kept_total += tl.sum(tl.where(ok, kept, 0), axis=1)
+        kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        kept_total += tl.sum(kept, axis=1)
+    return row_max, argmax, lse, key_cut, level_cut, kept_total
+
+
+@triton.jit
+def _probabilities(kept, kept_total):
+    """Step 5: float32(w) / float32(W') (one correctly rounded division), 0 where W' = 0."""
     denominator = tl.maximum(kept_total.to(tl.float32), 1.0)
-    for k in range(num_blocks):
+    probs = tl.math.div_rn(kept.to(tl.float32), tl.zeros_like(kept.to(tl.float32)) + denominator[:, None])
+    return tl.where(kept_total[:, None] > 0, probs, 0.0)
+
+
+@triton.jit
+def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, rows_per_request,
+                    greedy_ptr, scale_ptr, top_k_ptr, top_p_ptr, min_weight_ptr, table_ptr, probs_ptr, lse_ptr,
+                    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
+    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    request = tl.where(row_ok, row // rows_per_request, 0)
+    greedy = tl.load(greedy_ptr + request, mask=row_ok, other=1) != 0
+    scale = tl.load(scale_ptr + request, mask=row_ok, other=1.0)
+    top_k = tl.load(top_k_ptr + request, mask=row_ok, other=0)
+    top_p = tl.load(top_p_ptr + request, mask=row_ok, other=1.0)
+    min_weight = tl.load(min_weight_ptr + request, mask=row_ok, other=0)
+    row_offsets = row.to(tl.int64) * stride_row
+    row_max, argmax, lse, key_cut, level_cut, kept_total = _row_statistics(
+        logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
+        BLOCK_R, BLOCK_V, WANT_LSE)
+    if WANT_LSE:
+        tl.store(lse_ptr + row, lse, mask=row_ok)
+    for k in range(tl.cdiv(vocab, BLOCK_V)):
         cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
         ok = row_ok[:, None] & (cols[None, :] < vocab)
         x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-        kept = _kept_weights(x, cols, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-        probs = tl.math.div_rn(kept.to(tl.float32), tl.zeros_like(kept.to(tl.float32)) + denominator[:, None])
-        probs = tl.where(kept_total[:, None] > 0, probs, 0.0)
-        tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], probs, mask=ok)
+        kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], _probabilities(kept, kept_total), mask=ok)
 
 
 @triton.jit
