@@ -32,6 +32,7 @@ from spec_hal.types import DraftTree, Verdict
 
 from . import verify as verify_kernels
 from .launch import KernelTarget, runtime_specialized
+from .verify import _link, _pick, _quantize, _sanitize_coins, _store_verdict
 
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 NO_ID = tl.constexpr(2**31 - 1)
@@ -42,6 +43,7 @@ LEVEL_MASK = tl.constexpr((1 << semantics.LEVEL_BITS) - 1)
 ID_SCALE = tl.constexpr(1 << semantics.ID_BITS)
 ID_LAST = tl.constexpr((1 << semantics.ID_BITS) - 1)
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
+LOG2E_SCALED = tl.constexpr(semantics.LOG2E_SCALED)
 KEEP_ALL_KEY = tl.constexpr(semantics.LEVEL_MAX * (1 << semantics.ID_BITS) + (1 << semantics.ID_BITS) - 1)
 
 
@@ -275,6 +277,197 @@ def _hash_coins_kernel(seed_ptr, offset_ptr, coins_ptr, final_ptr, bs, width, BL
     tl.store(final_ptr + request, final, mask=request_ok)
 
 
+@triton.jit
+def _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                    tensor_params, req, req_ok, vocab):
+    """RowParams of (R,) requests (``semantics.row_params``, in the kernel: no launches on the
+    host). Bit b of ``tensor_params`` set: parameter b (temperature, top_k, top_p, min_p) comes
+    from its (bs,) tensor, else from the scalar (already float32 / a normalised int)."""
+    flags = tl.zeros_like(req) + tensor_params
+    temperature = tl.load(temperature_ptr + req, mask=req_ok & ((flags & 1) != 0), other=temperature_value).to(tl.float32)
+    greedy = (temperature > 0) == 0
+    scale = tl.math.div_rn(tl.zeros_like(temperature) + LOG2E_SCALED, tl.where(greedy, 1.0, temperature))
+    scale = tl.where(greedy, 1.0, scale)
+    top_k = tl.load(top_k_ptr + req, mask=req_ok & ((flags & 2) != 0), other=top_k_value).to(tl.int64)
+    top_k = tl.where((top_k > 0) & (top_k < vocab), top_k, 0)
+    top_p = tl.load(top_p_ptr + req, mask=req_ok & ((flags & 4) != 0), other=top_p_value).to(tl.float32).to(tl.float64)
+    top_p = tl.where(top_p < 1, top_p, 1.0)  # NaN: off
+    min_p = tl.load(min_p_ptr + req, mask=req_ok & ((flags & 8) != 0), other=min_p_value).to(tl.float32).to(tl.float64)
+    min_p = tl.where(min_p > 0, tl.where(min_p < 1, min_p, 1.0), 0.0)
+    scaled = min_p * TOP_WEIGHT  # exact: a power-of-two scale
+    min_weight = scaled.to(tl.int64)
+    min_weight = tl.where(min_weight.to(tl.float64) < scaled, min_weight + 1, min_weight)  # ceil
+    return greedy, scale, top_k, top_p, min_weight
+
+
+@triton.jit
+def _gather_logits(logits_ptr, row_offsets, ids, ok, stride_col):
+    """Sanitised float32 logits of (R,) rows at token ``ids`` (R, L); -inf outside ``ok``."""
+    x = tl.load(logits_ptr + row_offsets[:, None] + ids.to(tl.int64) * stride_col, mask=ok, other=float("-inf")).to(tl.float32)
+    x = tl.where(x != x, float("-inf"), x)
+    x = tl.minimum(x, FLT_MAX)
+    return tl.where(ok, x, float("-inf"))
+
+
+@triton.jit
+def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table_ptr,
+                       temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                       tensor_params, next_token_ptr, next_sibling_ptr, cand_ptr, coins_ptr, final_coins_ptr, seed_ptr, offset_ptr,
+                       predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, logprob_ptr, bs, nodes, num_steps,
+                       BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, NB_PAD: tl.constexpr,
+                       PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr):
+    """The from-logits tree walk: each request processes only the rows it stands on (the path
+    nodes), at the moment it stands there, then samples its final token from the last one.
+    LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1))."""
+    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    req_ok = req < bs
+    greedy, scale, top_k, top_p, min_weight = _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value,
+                                                              top_k_value, top_p_value, min_p_value, tensor_params, req, req_ok, vocab)
+    lanes = tl.arange(0, N_PAD)
+    ok = req_ok[:, None] & (lanes[None, :] < nodes)
+    block_base = req.to(tl.int64) * nodes
+    node_ids = block_base[:, None] + lanes[None, :]
+    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
+    cand_ok = ok & (cand >= 0) & (cand < vocab)
+    seed = tl.zeros([BLOCK_R], dtype=tl.int64)
+    offset = tl.zeros([BLOCK_R], dtype=tl.int64)
+    if HASH_COINS:
+        seed = tl.load(seed_ptr + req, mask=req_ok, other=0).to(tl.int64)
+        offset = tl.load(offset_ptr + req, mask=req_ok, other=0).to(tl.int64)
+
+    width_lanes = tl.arange(0, W_PAD)
+    last = tl.zeros([BLOCK_R], dtype=tl.int32)
+    num_correct = tl.zeros([BLOCK_R], dtype=tl.int32)
+    rejected = tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32)  # nodes rejected at the last node's row
+    rejected_q = tl.zeros([BLOCK_R, N_PAD], dtype=tl.int64)
+    on_path = tl.where(lanes[None, :] == 0, 1, tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32))
+    next_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
+    accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
+    logprobs = tl.full([BLOCK_R, W_PAD], float("nan"), dtype=tl.float32)
+    # The statistics of the row each request stands on (after the loop: its final row).
+    row_max = tl.zeros([BLOCK_R], dtype=tl.float32)
+    argmax = tl.zeros([BLOCK_R], dtype=tl.int32)
+    lse = tl.zeros([BLOCK_R], dtype=tl.float32)
+    key_cut = tl.zeros([BLOCK_R], dtype=tl.int64)
+    level_cut = tl.zeros([BLOCK_R], dtype=tl.int64)
+    kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
+    standing = req_ok
+    level = tl.zeros([BLOCK_R], dtype=tl.int32)
+    while tl.max(standing.to(tl.int32), axis=0) > 0:
+        node = block_base + last
+        row_offsets = node * stride_row
+        new_max, new_arg, new_lse, new_key, new_level, new_total = _row_statistics(
+            logits_ptr, row_offsets, standing, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
+            BLOCK_R, BLOCK_V, LOGPROBS == 1)
+        row_max = tl.where(standing, new_max, row_max)
+        argmax = tl.where(standing, new_arg, argmax)
+        lse = tl.where(standing, new_lse, lse)
+        key_cut = tl.where(standing, new_key, key_cut)
+        level_cut = tl.where(standing, new_level, level_cut)
+        kept_total = tl.where(standing, new_total, kept_total)
+        descend = standing & (level < num_steps) & (level < nodes - 1)  # never more than N - 1 accepts
+        rejected = tl.where(standing[:, None], 0, rejected)
+        rejected_q = tl.where(standing[:, None], 0, rejected_q)
+        if HASH_COINS:
+            coin = _hash_coin(seed, offset, last.to(tl.int64), 1)
+        else:
+            coin = tl.load(coins_ptr + node, mask=descend, other=0.0)
+        coin = _sanitize_coins(coin)
+        # The processed probability of every candidate token at this row: one gathered load.
+        gather_ok = cand_ok & descend[:, None]
+        x = _gather_logits(logits_ptr, row_offsets, cand, gather_ok, stride_col)
+        kept = _kept_weights(x, cand, gather_ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        row_probs = _probabilities(kept, kept_total)
+        cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
+        acc = tl.zeros([BLOCK_R], dtype=tl.float32)
+        chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
+        scanned = tl.zeros([BLOCK_R], dtype=tl.int32)
+        while tl.max(cur, axis=0) >= 0:  # follow the child list to the first acceptance (at most N nodes)
+            scanning = cur >= 0
+            sibling = tl.load(next_sibling_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
+            token = _pick(cand, cur, lanes)
+            duplicate = tl.sum(tl.where((rejected != 0) & (cand == token[:, None]), 1, 0), axis=1) > 0
+            p = tl.where(duplicate, 0.0, _pick(row_probs, cur, lanes))
+            acc = tl.where(scanning, acc + p, acc)
+            hit = scanning & (coin < acc)
+            chosen = tl.where(hit, cur, chosen)
+            refused = (lanes[None, :] == cur[:, None]) & (scanning & (hit == 0))[:, None]
+            rejected = tl.where(refused, 1, rejected)
+            rejected_q = tl.where(refused, _quantize(p)[:, None], rejected_q)
+            scanned += 1
+            cur = tl.where(scanning & (hit == 0) & (scanned < nodes), _link(sibling, nodes).to(tl.int32), -1)
+        standing = chosen >= 0
+        if LOGPROBS == 1:
+            raw = tl.where(lse > float("-inf"), _pick(x, chosen, lanes) - lse, float("-inf"))
+            logprobs = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], raw[:, None], logprobs)
+        if LOGPROBS == 2:
+            processed = tl.log(_pick(row_probs, chosen, lanes))
+            logprobs = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], processed[:, None], logprobs)
+        next_tokens = tl.where((lanes[None, :] == last[:, None]) & standing[:, None], _pick(cand, chosen, lanes)[:, None], next_tokens)
+        last = tl.where(standing, chosen, last)
+        num_correct += standing.to(tl.int32)
+        level += 1
+        on_path = tl.where(lanes[None, :] == chosen[:, None], 1, on_path)
+        accept = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], block_base[:, None] + chosen[:, None], accept)
+
+    # The final token: inverse CDF over the last row's quantised residual (its rejected tokens
+    # removed), else over the row, else 0; per-block sums in registers, then the crossing block.
+    rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
+    final_offsets = (block_base + last) * stride_row
+    if HASH_COINS:
+        final_coin = _hash_coin(seed, offset, tl.zeros([BLOCK_R], dtype=tl.int64), 2)
+    else:
+        final_coin = tl.load(final_coins_ptr + req, mask=req_ok, other=0.0)
+    final_coin = _sanitize_coins(final_coin)
+    blocks = tl.arange(0, NB_PAD)
+    row_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+    residual_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+    for k in range(tl.cdiv(vocab, BLOCK_V)):
+        cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
+        in_row = req_ok[:, None] & (cols[None, :] < vocab)
+        x = _load_logits(logits_ptr, final_offsets, cols, in_row, stride_col)
+        kept = _kept_weights(x, cols[None, :], in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        block_sum = tl.sum(_quantize(_probabilities(kept, kept_total)), axis=1)
+        in_block = (rejected_tokens >= k * BLOCK_V) & (rejected_tokens < (k + 1) * BLOCK_V)
+        removed = tl.sum(tl.where(in_block, rejected_q, 0), axis=1)
+        row_sums = tl.where(blocks[None, :] == k, block_sum[:, None], row_sums)
+        residual_sums = tl.where(blocks[None, :] == k, (block_sum - removed)[:, None], residual_sums)
+    use_residual = tl.sum(residual_sums, axis=1) > 0
+    sums = tl.where(use_residual[:, None], residual_sums, row_sums)
+    total = tl.sum(sums, axis=1)
+    threshold = tl.minimum((final_coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64), total - 1)
+    crossing = tl.sum(tl.where(tl.cumsum(sums, axis=1) <= threshold[:, None], 1, 0), axis=1)
+    before = tl.sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), axis=1)
+    index = crossing * BLOCK_V
+    for piece in range(BLOCK_V // PIECE):
+        cols = crossing[:, None] * BLOCK_V + piece * PIECE + tl.arange(0, PIECE)[None, :]
+        in_row = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
+        x = _gather_logits(logits_ptr, final_offsets, cols, in_row, stride_col)
+        kept = _kept_weights(x, cols, in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        values = _quantize(_probabilities(kept, kept_total))
+        removed = tl.sum(tl.where(cols[:, :, None] == rejected_tokens[:, None, :], 1, 0), axis=2) > 0
+        values = tl.where(use_residual[:, None] & removed, 0, values)
+        index += tl.sum(tl.where(tl.cumsum(values, axis=1) + before[:, None] <= threshold[:, None], 1, 0), axis=1)
+        before += tl.sum(values, axis=1)
+    final = tl.where(total > 0, index, 0).to(tl.int64)
+    if LOGPROBS != 0:
+        x = _gather_logits(logits_ptr, final_offsets, final[:, None], req_ok[:, None], stride_col)
+        if LOGPROBS == 1:
+            value = tl.where(lse[:, None] > float("-inf"), x - lse[:, None], float("-inf"))
+        else:
+            kept = _kept_weights(x, final[:, None], req_ok[:, None], row_max, argmax, scale, greedy, key_cut, level_cut, min_weight,
+                                 table_ptr)
+            value = tl.log(_probabilities(kept, kept_total))
+        logprobs = tl.where(width_lanes[None, :] == num_correct[:, None], value, logprobs)
+        width = num_steps + 1
+        tl.store(logprob_ptr + req.to(tl.int64)[:, None] * width + width_lanes[None, :], logprobs,
+                 mask=req_ok[:, None] & (width_lanes[None, :] < width))
+    next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
+    predict = tl.where(on_path != 0, next_tokens, -1)
+    _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
+                   req, req_ok, ok, node_ids, width_lanes, num_steps)
+
+
 # ----------------------------------------------------------------------------------------------
 # launch configs
 
@@ -294,6 +487,28 @@ def process_launch(target: KernelTarget, rows: int, vocab: int) -> ProcessLaunch
         block_r = max(1, min(triton.next_power_of_2(max(rows, 1)), 2**18 // block_v))
         return ProcessLaunch(block_r, block_v, 1)
     return ProcessLaunch(1, min(2048, max(triton.next_power_of_2(max(vocab, 1)), 128)), target.warps(256))
+
+
+@dataclass(frozen=True)
+class FusedLaunch:
+    requests: int  # BLOCK_R
+    block_v: int
+    piece: int  # width of the crossing block's pieces (bounds the rejected-token comparison)
+    warps: int
+
+
+def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> FusedLaunch:
+    """One request per program and 256 threads over a 2048-wide block on a GPU (the row passes
+    dominate; the walk between them is short); the interpreter vectorises many requests (tensors
+    capped at 2^16 elements per row block)."""
+    n_pad = _pow2(nodes)
+    if target.vendor == "interpreter":
+        block_v = min(max(triton.next_power_of_2(max(vocab, 1)), 16), 4096)
+        piece = max(16, min(block_v, 2048 // n_pad))
+        requests = max(1, min(_pow2(bs), 2**16 // block_v, 2**18 // (piece * n_pad), 32768 // n_pad))
+        return FusedLaunch(requests, block_v, piece, 1)
+    block_v = min(2048, max(triton.next_power_of_2(max(vocab, 1)), 128))
+    return FusedLaunch(1, block_v, max(16, min(block_v, 2048 // n_pad)), target.warps(256))
 
 
 def _pow2(count: int) -> int:
@@ -345,16 +560,85 @@ def process_logits(logits: torch.Tensor, *, temperature, top_k=0, top_p=1.0, min
 def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, target_logits: torch.Tensor, *, temperature, top_k=0,
                                 top_p=1.0, min_p=0.0, seed=None, offset=None, generator=None, coins=None, final_coins=None,
                                 logprobs=None, top_logprobs=0, out: Optional[Verdict] = None, target: KernelTarget) -> semantics.SampledVerdict:
-    """Triton provider of ``verify_sampling_from_logits`` (arguments validated by the caller)."""
+    """Triton provider of ``verify_sampling_from_logits`` (arguments validated by the caller): the
+    fused walk processes only the rows each request stands on."""
     bs, nodes = candidates.shape
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
+    verdict, values = _fused_walk(tree, candidates, logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                                  offset=offset, generator=generator, coins=coins, final_coins=final_coins, logprobs=logprobs, out=out,
+                                  target=target)
+    if logprobs is None or not top_logprobs:
+        return semantics.SampledVerdict(verdict, values)
     params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
-    probs, lse = _process_rows(logits, params, nodes, want_lse=logprobs == "raw", target=target)
-    accept, final = _coins(bs, nodes, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
-                           final_coins=final_coins, target=target)
-    verdict = verify_kernels.verify_sampling(tree, candidates, probs, accept, final, out=out, target=target)
-    return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
+    return _with_top_logprobs(verdict, values, logits, params, logprobs, top_logprobs, target)
+
+
+def _scalar_or_tensor(value, dtype, placeholder: torch.Tensor, bit: int):
+    """(pointer, scalar, flag bit) of a per-request parameter for ``_request_params``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype), 0, bit
+    return placeholder, value, 0
+
+
+def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor, *, temperature, top_k, top_p, min_p, seed, offset,
+                generator, coins, final_coins, logprobs, out: Optional[Verdict], target: KernelTarget):
+    """(Verdict, emitted-token logprobs (bs, S+1) or None) of the fused walk on (bs*N, V) logits:
+    one launch (the parameters and the seeded coins are computed in the kernel)."""
+    bs, nodes = candidates.shape
+    vocab = logits.shape[-1]
+    width = tree.num_steps + 1
+    device = logits.device
+    out = verify_kernels._verdict_buffers(bs, nodes, width, device, out)
+    values = torch.empty((bs, width), dtype=torch.float32, device=device) if logprobs is not None else None
+    if bs == 0:
+        return out, values
+    table = semantics.exp2_table(device)
+    float_placeholder = values if values is not None else torch.empty(1, dtype=torch.float32, device=device)
+    if isinstance(top_k, torch.Tensor):
+        top_k_arg = _scalar_or_tensor(top_k, torch.int64, table, 2)
+    else:  # normalised on the host: off unless 0 < k < V (a Python int may exceed int64 range checks)
+        top_k_arg = (table, top_k if 0 < top_k < vocab else 0, 0)
+    params = (_scalar_or_tensor(temperature, torch.float32, float_placeholder, 1), top_k_arg,
+              _scalar_or_tensor(top_p, torch.float32, float_placeholder, 4), _scalar_or_tensor(min_p, torch.float32, float_placeholder, 8))
+    pointers = [param[0] for param in params]
+    scalars = [float(params[0][1]), int(params[1][1]), float(params[2][1]), float(params[3][1])]
+    flags = sum(param[2] for param in params)
+    hashed = seed is not None
+    if hashed:
+        accept, final = float_placeholder, float_placeholder
+    else:
+        accept, final = semantics.draw_coins(bs, nodes, device, seed=None, offset=None, generator=generator, coins=coins,
+                                             final_coins=final_coins)
+        accept, final = accept.contiguous(), final.contiguous()
+    config = fused_launch(target, bs, nodes, vocab)
+    num_blocks = triton.cdiv(vocab, config.block_v)
+    _fused_walk_kernel[(triton.cdiv(bs, config.requests),)](
+        logits, logits.stride(0), logits.stride(1), vocab, max(1, (vocab - 1).bit_length()), table,
+        *pointers, *scalars, flags,
+        tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), accept, final,
+        seed if hashed else table, offset if hashed else table,
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, float_placeholder, bs, nodes, tree.num_steps,
+        BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
+        PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=0 if logprobs is None else semantics.LOGPROB_MODES.index(logprobs) + 1,
+        num_warps=config.warps,
+    )
+    return out, values
+
+
+def _with_top_logprobs(verdict: Verdict, values, logits: torch.Tensor, params: semantics.RowParams, logprobs: str, top_n: int,
+                       target: KernelTarget) -> semantics.SampledVerdict:
+    """The top-n alternatives at the emitted positions: the path rows (bs*(S+1)) only are
+    processed again, not every row."""
+    bs, width = verdict.accept_index.shape
+    rows = verdict.accept_index.to(torch.int64).clamp(min=0).reshape(-1)
+    path_logits = logits[rows]
+    probs, lse = _process_rows(path_logits, params, width, want_lse=logprobs == "raw", target=target)
+    local = torch.arange(bs * width, dtype=torch.int32, device=rows.device).reshape(bs, width)
+    path_verdict = Verdict(verdict.predict[rows], torch.where(verdict.accept_index >= 0, local, verdict.accept_index), verdict.num_correct,
+                           verdict.accept_lens)
+    top = semantics.sampled_verdict(path_verdict, logprobs, top_n, probs, path_logits, lse)
+    return semantics.SampledVerdict(verdict, values, top.top_ids, top.top_logprobs)
 
 
 def _chain_tree(bs: int, steps: int, device) -> DraftTree:
@@ -372,32 +656,42 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
                                       final_coins=None, logprobs=None, top_logprobs=0, out: Optional[Verdict] = None,
                                       target: KernelTarget) -> semantics.SampledVerdict:
     """Triton provider of ``verify_chain_sampling_from_logits`` (arguments validated by the caller).
-    Without draft_probs the chain runs through the tree walk (a chain is a tree with one child
-    per level; the accept test ``u < p(x)`` and the residual ``p`` without x are the same)."""
+    Without draft_probs the chain runs through the fused tree walk (a chain is a tree with one
+    child per level; the accept test ``u < p(x)`` and the residual ``p`` without x are the same),
+    which processes only the rows up to the first rejection. With draft_probs every row is
+    processed, then ``verify_chain_sampling`` runs on the probabilities."""
     bs, steps = draft_ids.shape
     nodes = steps + 1
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
+    if draft_probs is None:
+        candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
+        tree_coins = tree_final = None
+        if seed is None:  # the chain's coins (bs, S) drawn as the reference draws them, then a node-indexed (bs, N) table
+            accept, tree_final = semantics.draw_coins(bs, steps, logits.device, seed=None, offset=None, generator=generator, coins=coins,
+                                                      final_coins=final_coins)
+            tree_coins = torch.cat([accept, torch.zeros(bs, 1, dtype=torch.float32, device=accept.device)], dim=1)
+        verdict, values = _fused_walk(_chain_tree(bs, steps, draft_ids.device), candidates, logits, temperature=temperature, top_k=top_k,
+                                      top_p=top_p, min_p=min_p, seed=seed, offset=offset, generator=None, coins=tree_coins,
+                                      final_coins=tree_final, logprobs=logprobs, out=out, target=target)
+        if logprobs is None or not top_logprobs:
+            return semantics.SampledVerdict(verdict, values)
+        params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
+        return _with_top_logprobs(verdict, values, logits, params, logprobs, top_logprobs, target)
     params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
     probs, lse = _process_rows(logits, params, nodes, want_lse=logprobs == "raw", target=target)
     accept, final = _coins(bs, steps, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
                            final_coins=final_coins, target=target)
-    if draft_probs is None:
-        candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
-        tree_coins = torch.cat([accept, torch.zeros(bs, 1, dtype=torch.float32, device=accept.device)], dim=1)
-        verdict = verify_kernels.verify_sampling(_chain_tree(bs, steps, draft_ids.device), candidates, probs, tree_coins, final,
-                                                 out=out, target=target)
-    else:
-        verdict = verify_kernels.verify_chain_sampling(draft_ids, draft_probs, probs, accept, final, out=out, target=target)
+    verdict = verify_kernels.verify_chain_sampling(draft_ids, draft_probs, probs, accept, final, out=out, target=target)
     return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
 
 
 PROVIDERS = {
     "process_logits": (process_logits, "kernels/sampling.py: exact integer processing (levels, bitwise top-k/top-p searches)"),
     "verify_sampling_from_logits": (verify_sampling_from_logits,
-                                    "kernels/sampling.py: processing of every row + hash coins + kernels/verify.py sampling walk"),
+                                    "kernels/sampling.py: fused walk processing only the rows it stands on (one launch)"),
     "verify_chain_sampling_from_logits": (verify_chain_sampling_from_logits,
-                                          "kernels/sampling.py: processing of every row + hash coins + kernels/verify.py chain/tree walk"),
+                                          "kernels/sampling.py: fused walk (greedy drafter) or every row + kernels/verify.py chain walk"),
 }
 
 
