@@ -9,13 +9,16 @@
   is an exact integer (levels, weights, keys, int64 sums) or a single correctly rounded float
   operation, so the result is bit-identical to the reference.
 * ``_hash_coins_kernel``: the counter-based coins (``hash(seed, offset, position, purpose)``),
-  int64 arithmetic emulating uint32 exactly as the reference does.
+  int64 arithmetic emulating uint32 exactly as the reference does (chains with draft_probs).
+* ``_fused_walk_kernel`` (grid: request blocks): the from-logits tree walk. A request computes the
+  statistics of a row (``_row_statistics``: the passes above, without the probability store)
+  only when its walk stands on it, gathers the candidates' logits there for the accept test, and
+  samples its final token from per-block sums of the last row's quantised residual kept in
+  registers plus one re-read of the crossing block. The per-request parameters are normalised
+  in the kernel (``_request_params``, exactly ``semantics.row_params``) and the seeded coins
+  hashed there, so a call is one launch. Rows off the path are never read.
 
-The from-logits verify ops process every row (bs*N) with ``_process_kernel`` and then run the
-``verify`` family's sampling walk kernels (kernels/verify.py) on the probabilities. (Processing
-only the rows the walk visits, fused into the walk, is the planned fast path: not done yet.)
-
-``BLOCK_R`` rows share a program: 1 on a GPU; many under the interpreter, so that the statistical
+``BLOCK_R`` rows (requests) share a program: 1 on a GPU; many under the interpreter, so that the statistical
 cases (thousands of rows) stay a few vectorised programs.
 """
 from __future__ import annotations
@@ -107,16 +110,28 @@ def _fmix32(h):
 
 
 @triton.jit
-def _hash_coin(seed, offset, position, purpose):
-    """The counter-based coin in [0, 1 - 2^-24] (float32) of int64 (seed, offset, position)."""
-    h = tl.zeros_like(position) + 0x9E3779B9
+def _hash_key(seed, offset):
+    """The hash state after folding seed and offset (the part of ``_hash_coin`` shared by every
+    coin of a request)."""
+    h = tl.zeros_like(seed) + 0x9E3779B9
     h = _fmix32(h ^ (seed & 0xFFFFFFFF))
     h = _fmix32(h ^ ((seed >> 32) & 0xFFFFFFFF))
     h = _fmix32(h ^ (offset & 0xFFFFFFFF))
-    h = _fmix32(h ^ ((offset >> 32) & 0xFFFFFFFF))
-    h = _fmix32(h ^ (position & 0xFFFFFFFF))
+    return _fmix32(h ^ ((offset >> 32) & 0xFFFFFFFF))
+
+
+@triton.jit
+def _keyed_coin(key, position, purpose):
+    """``_hash_coin`` from a request's ``_hash_key``."""
+    h = _fmix32(key ^ (position & 0xFFFFFFFF))
     h = _fmix32(h ^ purpose)
     return (h >> 8).to(tl.float32) * (1.0 / 16777216.0)
+
+
+@triton.jit
+def _hash_coin(seed, offset, position, purpose):
+    """The counter-based coin in [0, 1 - 2^-24] (float32) of int64 (seed, offset, position)."""
+    return _keyed_coin(_hash_key(seed, offset), position, purpose)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -289,7 +304,7 @@ def _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperatur
     scale = tl.math.div_rn(tl.zeros_like(temperature) + LOG2E_SCALED, tl.where(greedy, 1.0, temperature))
     scale = tl.where(greedy, 1.0, scale)
     top_k = tl.load(top_k_ptr + req, mask=req_ok & ((flags & 2) != 0), other=top_k_value).to(tl.int64)
-    top_k = tl.where((top_k > 0) & (top_k < vocab), top_k, 0)
+    top_k = tl.where((top_k > 0) & (top_k < vocab), top_k, 0).to(tl.int32)  # < V <= 2^23
     top_p = tl.load(top_p_ptr + req, mask=req_ok & ((flags & 4) != 0), other=top_p_value).to(tl.float32).to(tl.float64)
     top_p = tl.where(top_p < 1, top_p, 1.0)  # NaN: off
     min_p = tl.load(min_p_ptr + req, mask=req_ok & ((flags & 8) != 0), other=min_p_value).to(tl.float32).to(tl.float64)
@@ -329,11 +344,9 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
     node_ids = block_base[:, None] + lanes[None, :]
     cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
-    seed = tl.zeros([BLOCK_R], dtype=tl.int64)
-    offset = tl.zeros([BLOCK_R], dtype=tl.int64)
+    key = tl.zeros([BLOCK_R], dtype=tl.int64)
     if HASH_COINS:
-        seed = tl.load(seed_ptr + req, mask=req_ok, other=0).to(tl.int64)
-        offset = tl.load(offset_ptr + req, mask=req_ok, other=0).to(tl.int64)
+        key = _hash_key(tl.load(seed_ptr + req, mask=req_ok, other=0).to(tl.int64), tl.load(offset_ptr + req, mask=req_ok, other=0).to(tl.int64))
 
     width_lanes = tl.arange(0, W_PAD)
     last = tl.zeros([BLOCK_R], dtype=tl.int32)
@@ -349,7 +362,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
     argmax = tl.zeros([BLOCK_R], dtype=tl.int32)
     lse = tl.zeros([BLOCK_R], dtype=tl.float32)
     key_cut = tl.zeros([BLOCK_R], dtype=tl.int64)
-    level_cut = tl.zeros([BLOCK_R], dtype=tl.int64)
+    level_cut = tl.zeros([BLOCK_R], dtype=tl.int32)
     kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
     standing = req_ok
     level = tl.zeros([BLOCK_R], dtype=tl.int32)
@@ -361,15 +374,16 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
             BLOCK_R, BLOCK_V, LOGPROBS == 1)
         row_max = tl.where(standing, new_max, row_max)
         argmax = tl.where(standing, new_arg, argmax)
-        lse = tl.where(standing, new_lse, lse)
+        if LOGPROBS == 1:
+            lse = tl.where(standing, new_lse, lse)
         key_cut = tl.where(standing, new_key, key_cut)
-        level_cut = tl.where(standing, new_level, level_cut)
+        level_cut = tl.where(standing, new_level.to(tl.int32), level_cut)  # levels < 2^16
         kept_total = tl.where(standing, new_total, kept_total)
         descend = standing & (level < num_steps) & (level < nodes - 1)  # never more than N - 1 accepts
         rejected = tl.where(standing[:, None], 0, rejected)
         rejected_q = tl.where(standing[:, None], 0, rejected_q)
         if HASH_COINS:
-            coin = _hash_coin(seed, offset, last.to(tl.int64), 1)
+            coin = _keyed_coin(key, last.to(tl.int64), 1)
         else:
             coin = tl.load(coins_ptr + node, mask=descend, other=0.0)
         coin = _sanitize_coins(coin)
@@ -415,7 +429,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
     rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
     final_offsets = (block_base + last) * stride_row
     if HASH_COINS:
-        final_coin = _hash_coin(seed, offset, tl.zeros([BLOCK_R], dtype=tl.int64), 2)
+        final_coin = _keyed_coin(key, tl.zeros([BLOCK_R], dtype=tl.int64), 2)
     else:
         final_coin = tl.load(final_coins_ptr + req, mask=req_ok, other=0.0)
     final_coin = _sanitize_coins(final_coin)
@@ -508,7 +522,7 @@ def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Fused
         requests = max(1, min(_pow2(bs), 2**16 // block_v, 2**18 // (piece * n_pad), 32768 // n_pad))
         return FusedLaunch(requests, block_v, piece, 1)
     block_v = min(2048, max(triton.next_power_of_2(max(vocab, 1)), 128))
-    return FusedLaunch(1, block_v, max(16, min(block_v, 2048 // n_pad)), target.warps(256))
+    return FusedLaunch(1, block_v, max(16, min(block_v, 1024 // n_pad)), target.warps(256))
 
 
 def _pow2(count: int) -> int:
@@ -565,6 +579,13 @@ def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, targe
     bs, nodes = candidates.shape
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
+    if _every_row_in_parallel(target, bs * nodes):
+        params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
+        probs, lse = _process_rows(logits, params, nodes, want_lse=logprobs == "raw", target=target)
+        accept, final = _coins(bs, nodes, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
+                               final_coins=final_coins, target=target)
+        verdict = verify_kernels.verify_sampling(tree, candidates, probs, accept, final, out=out, target=target)
+        return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
     verdict, values = _fused_walk(tree, candidates, logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                   offset=offset, generator=generator, coins=coins, final_coins=final_coins, logprobs=logprobs, out=out,
                                   target=target)
@@ -572,6 +593,19 @@ def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, targe
         return semantics.SampledVerdict(verdict, values)
     params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
     return _with_top_logprobs(verdict, values, logits, params, logprobs, top_logprobs, target)
+
+
+def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
+    """Whether to process every row (one program per row, all at once) and then walk, rather than
+    run the fused walk. With no more rows than SMs/CUs (bs 1-8 at these tree sizes) every row is
+    processed in one wave, so the call costs one row's latency, while the fused walk processes a
+    request's path rows one after another in one program. The interpreter always runs the fused
+    walk (the conformance suite checks it there at every size). AMD never does yet: on gfx942 the
+    fused walk's per-request scalar state spills SGPRs (14 with one request a program, 61 with
+    two; offline compile matrix), so it is not compiled for AMD until that is solved."""
+    if target.vendor == "amd":
+        return True
+    return target.vendor != "interpreter" and rows <= target.multiprocessors
 
 
 def _scalar_or_tensor(value, dtype, placeholder: torch.Tensor, bit: int):
@@ -664,7 +698,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
     nodes = steps + 1
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
-    if draft_probs is None:
+    if draft_probs is None and not _every_row_in_parallel(target, bs * nodes):
         candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
         tree_coins = tree_final = None
         if seed is None:  # the chain's coins (bs, S) drawn as the reference draws them, then a node-indexed (bs, N) table
@@ -682,7 +716,13 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
     probs, lse = _process_rows(logits, params, nodes, want_lse=logprobs == "raw", target=target)
     accept, final = _coins(bs, steps, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
                            final_coins=final_coins, target=target)
-    verdict = verify_kernels.verify_chain_sampling(draft_ids, draft_probs, probs, accept, final, out=out, target=target)
+    if draft_probs is None:
+        candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
+        tree_coins = torch.cat([accept, torch.zeros(bs, 1, dtype=torch.float32, device=accept.device)], dim=1)
+        verdict = verify_kernels.verify_sampling(_chain_tree(bs, steps, draft_ids.device), candidates, probs, tree_coins, final,
+                                                 out=out, target=target)
+    else:
+        verdict = verify_kernels.verify_chain_sampling(draft_ids, draft_probs, probs, accept, final, out=out, target=target)
     return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
 
 
@@ -700,6 +740,8 @@ PROVIDERS = {
 
 _LOGIT_TYPES = ("fp32", "bf16", "fp16")
 _SHAPES = ((4, 32000), (1024, 151936), (6, 10))
+# (bs, N, V, S) of the fused walk: production shapes and an odd tiny one.
+_FUSED_SHAPES = ((1, 4, 32000, 3), (64, 16, 151936, 5), (3, 6, 10, 5))
 
 
 def compile_specs(target: KernelTarget):
@@ -718,6 +760,30 @@ def compile_specs(target: KernelTarget):
                 specs.append(runtime_specialized(target, _process_kernel, signature, constexprs, config.warps,
                                                  values={"stride_row": vocab, "stride_col": 1, "rows": rows, "vocab": vocab,
                                                          "id_bits": max(1, (vocab - 1).bit_length()), "rows_per_request": 8}))
+    fused_signature = {
+        "stride_row": "i64", "stride_col": "i64", "vocab": "i32", "id_bits": "i32", "table_ptr": "*i64",
+        "temperature_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "temperature_value": "fp32",
+        "top_k_value": "i32", "top_p_value": "fp32", "min_p_value": "fp32", "tensor_params": "i32",
+        "next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
+        "seed_ptr": "*i64", "offset_ptr": "*i64", "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32",
+        "accept_lens_ptr": "*i32", "logprob_ptr": "*fp32", "bs": "i32", "nodes": "i32", "num_steps": "i32",
+        **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS")}}
+    for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
+        config = fused_launch(target, bs, nodes, vocab)
+        shape_constexprs = {"BLOCK_R": config.requests, "BLOCK_V": config.block_v, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1),
+                            "NB_PAD": max(_pow2(triton.cdiv(vocab, config.block_v)), 16), "PIECE": config.piece}
+        # Every logit type with seeded coins; the other coin source and the logprob modes on bf16.
+        variants = [(logit_type, True, 0) for logit_type in _LOGIT_TYPES] + [("bf16", False, 0), ("bf16", True, 1), ("bf16", True, 2)]
+        if vocab < 1024:  # the odd tiny shape: its own block widths, one variant
+            variants = [("fp32", True, 2)]
+        for logit_type, hashed, logprobs in variants:
+            signature = {"logits_ptr": f"*{logit_type}", **fused_signature}
+            constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs}
+            specs.append((_fused_walk_kernel, signature, constexprs, config.warps))
+            specs.append(runtime_specialized(target, _fused_walk_kernel, signature, constexprs, config.warps,
+                                             values={"stride_row": vocab, "stride_col": 1, "vocab": vocab,
+                                                     "id_bits": max(1, (vocab - 1).bit_length()), "top_k_value": 50, "tensor_params": 15,
+                                                     "bs": bs, "nodes": nodes, "num_steps": steps}))
     coin_signature = {"seed_ptr": "*i64", "offset_ptr": "*i64", "coins_ptr": "*fp32", "final_ptr": "*fp32", "bs": "i32", "width": "i32",
                       "BLOCK_R": "constexpr", "W_PAD": "constexpr"}
     for width in (4, 16):
@@ -730,4 +796,8 @@ def describe_launch(target: KernelTarget) -> list[str]:
     for rows, vocab in _SHAPES[:2]:
         config = process_launch(target, rows, vocab)
         lines.append(f"process rows={rows} V={vocab}: {config.rows} rows/program, BLOCK_V={config.block_v}, {config.warps} warps")
+    for bs, nodes, vocab, _ in _FUSED_SHAPES[:2] if target.vendor != "amd" else ():
+        config = fused_launch(target, bs, nodes, vocab)
+        lines.append(f"fused walk bs={bs} N={nodes} V={vocab}: {config.requests} requests/program, BLOCK_V={config.block_v}, "
+                     f"crossing block in pieces of {config.piece}, {config.warps} warps")
     return lines
