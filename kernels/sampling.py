@@ -34,7 +34,7 @@ import spec_hal.sampling as semantics
 from spec_hal.types import DraftTree, Verdict
 
 from . import verify as verify_kernels
-from .launch import KernelTarget, runtime_specialized
+from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 from .verify import _link, _pick, _quantize, _sanitize_coins, _store_verdict
 
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
@@ -497,10 +497,10 @@ def process_launch(target: KernelTarget, rows: int, vocab: int) -> ProcessLaunch
     """One row per program, 256 threads over a 2048-wide block on a GPU; the interpreter
     vectorises many rows (tensors capped at 2^18 elements to bound its memory)."""
     if target.vendor == "interpreter":
-        block_v = min(max(triton.next_power_of_2(max(vocab, 1)), 16), 4096)
-        block_r = max(1, min(triton.next_power_of_2(max(rows, 1)), 2**18 // block_v))
+        block_v = min(max(next_power_of_2(max(vocab, 1)), 16), 4096)
+        block_r = max(1, min(next_power_of_2(max(rows, 1)), 2**18 // block_v))
         return ProcessLaunch(block_r, block_v, 1)
-    return ProcessLaunch(1, min(2048, max(triton.next_power_of_2(max(vocab, 1)), 128)), target.warps(256))
+    return ProcessLaunch(1, min(2048, max(next_power_of_2(max(vocab, 1)), 128)), target.warps(256))
 
 
 @dataclass(frozen=True)
@@ -517,18 +517,18 @@ def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Fused
     capped at 2^16 elements per row block)."""
     n_pad = _pow2(nodes)
     if target.vendor == "interpreter":
-        block_v = min(max(triton.next_power_of_2(max(vocab, 1)), 16), 4096)
+        block_v = min(max(next_power_of_2(max(vocab, 1)), 16), 4096)
         piece = max(16, min(block_v, 2048 // n_pad))
         requests = max(1, min(_pow2(bs), 2**16 // block_v, 2**18 // (piece * n_pad), 32768 // n_pad))
         return FusedLaunch(requests, block_v, piece, 1)
     # 4 logits a thread: 8 (2048 wide) leave an 88-byte local frame on sm_90 with unit stride
     # (vectorised loads beside the int64 levels, weights and keys).
-    block_v = min(1024, max(triton.next_power_of_2(max(vocab, 1)), 128))
+    block_v = min(1024, max(next_power_of_2(max(vocab, 1)), 128))
     return FusedLaunch(1, block_v, max(16, min(block_v, 1024 // n_pad)), target.warps(256))
 
 
 def _pow2(count: int) -> int:
-    return max(triton.next_power_of_2(max(count, 1)), 2)
+    return max(next_power_of_2(max(count, 1)), 2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -544,7 +544,7 @@ def _process_rows(logits: torch.Tensor, params: semantics.RowParams, rows_per_re
     if rows == 0:
         return probs, (lse if want_lse else None)
     config = process_launch(target, rows, vocab)
-    _process_kernel[(triton.cdiv(rows, config.rows),)](
+    _process_kernel[(cdiv(rows, config.rows),)](
         logits, logits.stride(0), logits.stride(1), rows, vocab, max(1, (vocab - 1).bit_length()), rows_per_request,
         params.greedy.to(torch.int8), params.scale, params.top_k, params.top_p, params.min_weight,
         semantics.exp2_table(logits.device), probs, lse,
@@ -560,7 +560,7 @@ def _coins(bs: int, width: int, device, *, seed, offset, generator, coins, final
     accept = torch.empty((bs, width), dtype=torch.float32, device=device)
     final = torch.empty(bs, dtype=torch.float32, device=device)
     block_r = min(_pow2(bs), 1024) if target.vendor == "interpreter" else 128
-    _hash_coins_kernel[(triton.cdiv(bs, block_r),)](seed, offset, accept, final, bs, width, BLOCK_R=block_r, W_PAD=_pow2(width),
+    _hash_coins_kernel[(cdiv(bs, block_r),)](seed, offset, accept, final, bs, width, BLOCK_R=block_r, W_PAD=_pow2(width),
                                                     num_warps=1 if target.vendor == "interpreter" else target.warps(128))
     return accept, final
 
@@ -648,8 +648,8 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
                                              final_coins=final_coins)
         accept, final = accept.contiguous(), final.contiguous()
     config = fused_launch(target, bs, nodes, vocab)
-    num_blocks = triton.cdiv(vocab, config.block_v)
-    _fused_walk_kernel[(triton.cdiv(bs, config.requests),)](
+    num_blocks = cdiv(vocab, config.block_v)
+    _fused_walk_kernel[(cdiv(bs, config.requests),)](
         logits, logits.stride(0), logits.stride(1), vocab, max(1, (vocab - 1).bit_length()), table,
         *pointers, *scalars, flags,
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), accept, final,
@@ -773,7 +773,7 @@ def compile_specs(target: KernelTarget):
     for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
         config = fused_launch(target, bs, nodes, vocab)
         shape_constexprs = {"BLOCK_R": config.requests, "BLOCK_V": config.block_v, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1),
-                            "NB_PAD": max(_pow2(triton.cdiv(vocab, config.block_v)), 16), "PIECE": config.piece}
+                            "NB_PAD": max(_pow2(cdiv(vocab, config.block_v)), 16), "PIECE": config.piece}
         # Every logit type with seeded coins; the other coin source and the logprob modes on bf16.
         variants = [(logit_type, True, 0) for logit_type in _LOGIT_TYPES] + [("bf16", False, 0), ("bf16", True, 1), ("bf16", True, 2)]
         if vocab < 1024:  # the odd tiny shape: its own block widths, one variant
