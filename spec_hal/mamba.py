@@ -133,6 +133,7 @@ def _state_strides_contiguous(tensor: torch.Tensor, leading: int) -> bool:
 def _check_state_pair(dst_name: str, dst: object, src_name: str, src: object) -> None:
     """A pool (L, slots, *state) and its scratch (L, rows, N, *state) of one dtype and device."""
     checks.tensor(dst_name, dst, dtypes=STATE_DTYPES)
+    checks.writable(dst_name, dst)  # the pool is written in place
     if dst.dim() < 2:
         raise InvalidInput(dst_name, "an (L, slots, *state) tensor of at least 2 dimensions", f"shape {tuple(dst.shape)}")
     checks.tensor(src_name, src, dtypes=(dst.dtype,), device=dst.device, ndim=dst.dim() + 1)

@@ -122,6 +122,7 @@ def pack_bitmask(allowed: torch.Tensor) -> torch.Tensor:
 
 def check_apply_token_bitmask_(logits, token_bitmask, *, bitmask_index=None) -> None:
     checks.tensor("logits", logits, ndim=2, dtypes=checks.FLOAT_DTYPES)
+    checks.writable("logits", logits)  # masked in place
     rows, vocab = logits.shape
     if vocab == 0:
         raise checks.InvalidInput("logits", "at least one column (V >= 1)", f"shape {tuple(logits.shape)}")

@@ -95,6 +95,53 @@ def test_invalid_value_follows_the_rule(backend, label):
     assert outcome.startswith("reference answer"), outcome
 
 
+def _sliced(tensor):
+    return fuzz._strided(tensor)
+
+
+def _expanded(tensor):
+    return tensor[:1].expand(tensor.shape)
+
+
+# Layouts the shared checks reject on every backend (the fuzz hands each backend the exact layout
+# the reference saw: before, Tensor.to made a sliced or expanded view contiguous on the way to a
+# GPU, so the cuda lane accepted what the reference rejected).
+REJECTED_LAYOUTS = {
+    "commit_mamba_state conv_state sliced": ("conv_state", lambda: _with("commit_mamba_state", conv_state=_sliced)),
+    "commit_mamba_state ssm_state sliced": ("ssm_state", lambda: _with("commit_mamba_state", ssm_state=_sliced)),
+    "commit_mamba_state ssm_state expanded": ("ssm_state", lambda: _with("commit_mamba_state", ssm_state=_expanded)),
+    "scatter_mamba_state dst expanded": ("dst", lambda: _with("scatter_mamba_state", dst=_expanded)),
+    "move_kv cache expanded": ("caches[0]", lambda: _with("move_kv", caches=lambda c: [_expanded(c[0]), c[1]])),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in REJECTED_LAYOUTS])
+def test_rejected_layout(backend, label):
+    argument, make = REJECTED_LAYOUTS[label]
+    assert fuzz.outcome(backend, make(), label) == f"InvalidInput({argument})"
+
+
+# Two copies into one slot break the distinct-destinations precondition: which write lands is
+# unspecified (a race on a GPU), every other output, slot and flag must still be the reference's.
+CONTESTED = {
+    # the H100 fuzz case: slots [0, 4, 0] (requests 0 and 2 commit into slot 0)
+    "commit_mamba_state two requests commit into one slot": (
+        [0], lambda: _with("commit_mamba_state", slots=torch.tensor([0, 4, 0]))),
+    "commit_mamba_state track slot = another request's slot": (
+        [4], lambda: _with("commit_mamba_state", track_slots=torch.tensor([4, -1, 5]))),
+    "scatter_mamba_state duplicate dst_slots": ([1], lambda: _with("scatter_mamba_state", dst_slots=torch.tensor([1, 1, 4]))),
+    "move_kv duplicate dst": ([8], lambda: _with("move_kv", dst=torch.tensor([4, 8, 9, -1, 8, 2]))),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in CONTESTED])
+def test_contested_slot_is_the_only_unspecified_output(backend, label):
+    slots, make = CONTESTED[label]
+    call = make()
+    assert fuzz.contested_slots(call.op, call.args) == slots  # the case does break the precondition
+    assert fuzz.outcome(backend, call, label).startswith("reference answer, contested slots unspecified")
+
+
 @pytest.mark.spec_hal_op("commit_mamba_state")
 def test_slot_past_2_to_32_leaves_slot_1_alone(backend):
     """Slot 2^32 + 1 is out of range: skipped, never truncated to slot 1 (another request's)."""
