@@ -89,6 +89,51 @@ CASES = {
 }
 
 
+# The mamba kernels record in the error flag what their rules met (docs/reliability.md): the
+# record (op, argument, first offending index) must be the reference's (fuzz.outcome compares it).
+FLAGGED_MAMBA = {
+    "mamba_commit_steps accept_lens 0": (("mamba_commit_steps", "verdict.accept_lens", 1),
+                                         lambda: _with("mamba_commit_steps", verdict__accept_lens=_set(1, 0))),
+    "mamba_commit_steps accept_index of another request": (("mamba_commit_steps", "verdict.accept_index", None),
+                                                           lambda: _with("mamba_commit_steps", verdict__accept_index=lambda a: a.roll(1, 0))),
+    "mamba_commit_steps negative seq_lens": (("mamba_commit_steps", "seq_lens", 0),
+                                             lambda: _with("mamba_commit_steps", seq_lens=torch.tensor([-3, -14, 7]))),
+    "commit_mamba_state accept_lens past S+1": (("commit_mamba_state", "verdict.accept_lens", 2),
+                                                lambda: _with("commit_mamba_state", verdict__accept_lens=_set(2, 9))),
+    "commit_mamba_state accept_index 2^40": (("commit_mamba_state", "verdict.accept_index", None),
+                                             lambda: _with("commit_mamba_state", verdict__accept_index=lambda a: torch.where(a > 0, 2**40, a))),
+    "commit_mamba_state negative seq_len": (("commit_mamba_state", "seq_lens", 1),
+                                            lambda: _with("commit_mamba_state", seq_lens=torch.tensor([3, -14, -7]))),
+    "commit_mamba_state slot -2": (("commit_mamba_state", "slots", 1), lambda: _with("commit_mamba_state", slots=torch.tensor([1, -2, 0]))),
+    "commit_mamba_state slot past the pool": (("commit_mamba_state", "slots", 0),
+                                              lambda: _with("commit_mamba_state", slots=torch.tensor([2**32 + 1, 4, 6]))),
+    "commit_mamba_state track slot past the pool": (("commit_mamba_state", "track_slots", None),
+                                                    lambda: _with("commit_mamba_state", track_slots=torch.tensor([6, 6, 6]))),
+    "commit_mamba_state scratch row -1": (("commit_mamba_state", "src_rows", 2),
+                                          lambda: _with("commit_mamba_state", src_rows=torch.tensor([0, 1, -1]))),
+    "scatter_mamba_state slot -3": (("scatter_mamba_state", "dst_slots", 2),
+                                    lambda: _with("scatter_mamba_state", dst_slots=torch.tensor([1, -1, -3]))),
+    "scatter_mamba_state step past N": (("scatter_mamba_state", "src_steps", 0),
+                                        lambda: _with("scatter_mamba_state", src_steps=torch.tensor([4, 2, 9]))),
+    "scatter_mamba_state row past the scratch": (("scatter_mamba_state", "src_rows", 2),
+                                                 lambda: _with("scatter_mamba_state", src_rows=torch.tensor([0, 7, 3]))),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in FLAGGED_MAMBA])
+def test_mamba_rule_is_recorded_like_the_reference(backend, label):
+    (op, argument, index), make = FLAGGED_MAMBA[label]
+    call = make()
+    assert fuzz.outcome(backend, call, label) == "reference answer (flagged)"  # the flag equals the reference's
+    args = fuzz._to(call.args, backend.device)
+    error_flag.pending_errors(backend.device)
+    getattr(backend, op)(*(args[name] for name in call.positional), **{k: v for k, v in args.items() if k not in call.positional})
+    recorded = error_flag.pending_errors(backend.device)
+    assert len(recorded) == 1 and recorded[0][:2] == (op, argument), recorded
+    if index is not None:
+        assert recorded[0][2] == index, recorded
+
+
 @pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in CASES])
 def test_invalid_value_follows_the_rule(backend, label):
     outcome = fuzz.outcome(backend, CASES[label](), label)
