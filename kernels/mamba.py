@@ -29,7 +29,7 @@ from .launch import KernelTarget
 
 MAX_GRID_Y = 65535  # CUDA/HIP limit of grid dimension 1: requests per launch
 STEPS_BLOCK = 1024
-STEPS_WARPS = 4
+STEPS_WARPS = 8  # 1024 requests x a dozen int64 vectors: 4 warps spill on gfx942 (compile matrix)
 
 
 @triton.jit
@@ -317,5 +317,5 @@ def describe_launch(target: KernelTarget) -> list[str]:
         block, warps = scatter_config(target, element_size, state_numel)
         lines.append(f"scatter_mamba_state {label}: BLOCK={block}, {triton.cdiv(state_numel, block)} tiles/layer/request, "
                      f"{warps} warps x {target.warp_size} lanes, grid (L x tiles, requests)")
-    lines.append(f"mamba_commit_steps: 1 program, BLOCK<={STEPS_BLOCK}, 4 warps")
+    lines.append(f"mamba_commit_steps: 1 program, BLOCK<={STEPS_BLOCK}, {STEPS_WARPS} warps")
     return lines

@@ -39,7 +39,7 @@ from .masks import check_bitmask
 from .registry import register_op
 from .types import Verdict
 from .masks import token_allowed
-from .verify import _check_probs, _check_target_predict, _check_verdict_out, _verdict, fake_verdict, target_tokens, verify_chain_sampling
+from .verify import _check_probs, _check_target_predict, _check_verdict_out, _verdict, fake_verdict, record_token_ids, target_tokens, verify_chain_sampling
 
 
 # ----------------------------------------------------------------------------------------------
@@ -119,6 +119,8 @@ def check_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_pro
     checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
     check_bitmask(token_bitmask, bitmask_index, rows=total + bs, vocab=vocab, device=device)
     _check_verdict_out(out, bs, max_drafts + 1, max_drafts + 1, device)
+    if checks.value_checks_enabled():
+        record_token_ids("verify_chain_sampling_ragged", "draft_tokens", draft_tokens, vocab)
 
 
 # ----------------------------------------------------------------------------------------------

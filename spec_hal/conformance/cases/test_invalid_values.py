@@ -12,6 +12,7 @@ import torch
 
 from spec_hal import error_flag
 from spec_hal.conformance import fuzz
+from spec_hal.registry import op_spec
 
 
 @pytest.fixture(autouse=True)
@@ -89,9 +90,10 @@ CASES = {
 }
 
 
-# The mamba kernels record in the error flag what their rules met (docs/reliability.md): the
-# record (op, argument, first offending index) must be the reference's (fuzz.outcome compares it).
-FLAGGED_MAMBA = {
+# The mamba and sampling-verify kernels record in the error flag what their rules met
+# (docs/reliability.md): the record (op, argument, first offending index) must be the reference's
+# (fuzz.outcome compares it) and the one the case expects.
+FLAGGED_RULES = {
     "mamba_commit_steps accept_lens 0": (("mamba_commit_steps", "verdict.accept_lens", 1),
                                          lambda: _with("mamba_commit_steps", verdict__accept_lens=_set(1, 0))),
     "mamba_commit_steps accept_index of another request": (("mamba_commit_steps", "verdict.accept_index", None),
@@ -117,12 +119,21 @@ FLAGGED_MAMBA = {
                                         lambda: _with("scatter_mamba_state", src_steps=torch.tensor([4, 2, 9]))),
     "scatter_mamba_state row past the scratch": (("scatter_mamba_state", "src_rows", 2),
                                                  lambda: _with("scatter_mamba_state", src_rows=torch.tensor([0, 7, 3]))),
+    # the sampling verifies: token ids outside [0, V) (-1 is padding and is not recorded)
+    "verify_sampling candidates past V": (("verify_sampling", "candidates", 7),
+                                          lambda: _with("verify_sampling", candidates=lambda c: torch.where(
+                                              torch.arange(c.numel()).view(c.shape) >= 7, torch.full_like(c, 20), c))),
+    "verify_sampling candidate -2": (("verify_sampling", "candidates", 3), lambda: _with("verify_sampling", candidates=_set(3, -2))),
+    "verify_chain_sampling draft id 2^40": (("verify_chain_sampling", "draft_ids", 4),
+                                            lambda: _with("verify_chain_sampling", draft_ids=_set(4, 2**40))),
+    "verify_chain_sampling draft ids -1 and -5": (("verify_chain_sampling", "draft_ids", 2),
+                                                  lambda: _with("verify_chain_sampling", draft_ids=lambda d: _set(2, -5)(_set(0, -1)(d)))),
 }
 
 
-@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in FLAGGED_MAMBA])
-def test_mamba_rule_is_recorded_like_the_reference(backend, label):
-    (op, argument, index), make = FLAGGED_MAMBA[label]
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in FLAGGED_RULES])
+def test_rule_is_recorded_like_the_reference(backend, label):
+    (op, argument, index), make = FLAGGED_RULES[label]
     call = make()
     assert fuzz.outcome(backend, call, label) == "reference answer (flagged)"  # the flag equals the reference's
     args = fuzz._to(call.args, backend.device)
@@ -132,6 +143,27 @@ def test_mamba_rule_is_recorded_like_the_reference(backend, label):
     assert len(recorded) == 1 and recorded[0][:2] == (op, argument), recorded
     if index is not None:
         assert recorded[0][2] == index, recorded
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_from_logits")
+@pytest.mark.parametrize("with_draft_probs", [False, True])
+def test_chain_from_logits_records_draft_ids(backend, with_draft_probs):
+    """Without draft_probs the kernels run the chain through the tree walk; the record must still
+    be verify_chain_sampling's draft_ids at the draft's own index, as on the reference."""
+    call = fuzz.BASELINES["verify_chain_sampling"]()
+    draft_ids = call.args["draft_ids"].clone()
+    draft_ids[1, 1] = 2**40  # flat index 4
+    args = {"draft_ids": draft_ids, "draft_probs": call.args["draft_probs"] if with_draft_probs else None,
+            "target_logits": torch.log(call.args["target_probs"]), "temperature": 1.0, "coins": call.args["coins"],
+            "final_coins": call.args["final_coins"]}
+    records = []
+    for device, run in ((torch.device("cpu"), op_spec("verify_chain_sampling_from_logits").reference),
+                        (backend.device, backend.verify_chain_sampling_from_logits)):
+        moved = fuzz._to(args, device)
+        error_flag.pending_errors(device)
+        run(moved.pop("draft_ids"), moved.pop("draft_probs"), moved.pop("target_logits"), **moved)
+        records.append(error_flag.pending_errors(device))
+    assert records[0] == records[1] == [("verify_chain_sampling", "draft_ids", 4)], records
 
 
 @pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in CASES])
