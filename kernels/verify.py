@@ -845,7 +845,7 @@ def compile_specs(target: KernelTarget):
              "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}},
             {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), **final_constexprs},
             sampling.warps, masked=masked, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
-            vocab=vocab, **final_values)
+            vocab=vocab, **final_values, flag_code=error_flag.code("verify_sampling", "candidates"), chain_shift=0)
         chain_steps = nodes - 1
         add(_chain_sampling_kernel,
             {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
@@ -854,7 +854,7 @@ def compile_specs(target: KernelTarget):
              "N_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}, "HAS_DRAFT_PROBS": "constexpr"},
             {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), **final_constexprs, "HAS_DRAFT_PROBS": True},
             sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
-            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values)
+            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values, flag_code=error_flag.code("verify_chain_sampling", "draft_ids"))
     return specs
 
 

@@ -158,13 +158,44 @@ def _commit_mamba_state() -> Call:
         "track_slots": torch.tensor([2, -1, 5]), "track_interval": 4}, in_place=("ssm_state", "conv_state"))
 
 
+def _apply_token_bitmask_() -> Call:
+    generator = _generator(16)
+    bits = torch.randint(-2**31, 2**31, (2, 2), generator=generator, dtype=torch.int64).to(torch.int32)
+    return Call("apply_token_bitmask_", {"logits": torch.randn(3, 40, generator=generator), "token_bitmask": bits,
+                                         "bitmask_index": torch.tensor([1, -1, 0])}, ("logits", "token_bitmask"), in_place=("logits",))
+
+
+def _ragged_drafts(generator: torch.Generator, vocab: int) -> dict:
+    """Counts [2, 0, 3] (T = 5 drafts, T + bs = 8 target rows), max_drafts 3."""
+    return {"draft_tokens": torch.randint(0, vocab, (5,), generator=generator), "num_draft_tokens": torch.tensor([2, 0, 3])}
+
+
+def _verify_chain_ragged() -> Call:
+    generator = _generator(17)
+    drafts = _ragged_drafts(generator, 4)
+    target = torch.randint(0, 4, (8,), generator=generator)
+    target[0] = drafts["draft_tokens"][0]  # request 0 accepts its first draft
+    return Call("verify_chain_ragged", {**drafts, "target_predict": target, "max_drafts": 3},
+                ("draft_tokens", "num_draft_tokens", "target_predict"), has_out=True)
+
+
+def _verify_chain_sampling_ragged() -> Call:
+    generator = _generator(18)
+    return Call("verify_chain_sampling_ragged", {
+        **_ragged_drafts(generator, 20), "draft_probs": torch.softmax(torch.randn(5, 20, generator=generator), dim=-1),
+        "target_probs": torch.softmax(torch.randn(8, 20, generator=generator), dim=-1), "coins": torch.rand(5, generator=generator),
+        "final_coins": torch.rand(3, generator=generator), "max_drafts": 3},
+        ("draft_tokens", "num_draft_tokens", "draft_probs", "target_probs", "coins", "final_coins"), has_out=True)
+
+
 BASELINES: dict[str, Callable[[], Call]] = {
     "draft_topk": _draft_topk, "verify_greedy": _verify_greedy, "verify_sampling": _verify_sampling,
     "verify_chain": _verify_chain, "verify_chain_sampling": _verify_chain_sampling, "bonus_tokens": _bonus_tokens,
     "compact_accepted": _compact_accepted, "accepted_kv_moves": _accepted_kv_moves, "move_kv": _move_kv,
     "assign_draft_slots": _assign_draft_slots, "build_tree": _build_tree, "expand_tree": _expand_tree,
     "mamba_commit_steps": _mamba_commit_steps, "scatter_mamba_state": _scatter_mamba_state,
-    "commit_mamba_state": _commit_mamba_state,
+    "commit_mamba_state": _commit_mamba_state, "apply_token_bitmask_": _apply_token_bitmask_,
+    "verify_chain_ragged": _verify_chain_ragged, "verify_chain_sampling_ragged": _verify_chain_sampling_ragged,
 }
 
 

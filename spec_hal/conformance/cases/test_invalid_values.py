@@ -198,6 +198,28 @@ def test_rejected_layout(backend, label):
     assert fuzz.outcome(backend, make(), label) == f"InvalidInput({argument})"
 
 
+# Found when the masks and ragged ops joined the fuzz: a strided mask index, a mask with no rows,
+# a huge max_drafts (a terabyte allocation), a (1, rows, V) probability table (a raw reshape error).
+FOUND_BY_FUZZ = {
+    "apply_token_bitmask_ bitmask_index sliced": ("reference answer", lambda: _with("apply_token_bitmask_", bitmask_index=_sliced)),
+    "apply_token_bitmask_ bitmask_index expanded": ("reference answer", lambda: _with("apply_token_bitmask_", bitmask_index=_expanded)),
+    "apply_token_bitmask_ no mask rows": ("reference answer", lambda: _with("apply_token_bitmask_", token_bitmask=lambda m: m[:0])),
+    "verify_chain_ragged max_drafts 2^40": ("InvalidInput(max_drafts)", lambda: _with("verify_chain_ragged", max_drafts=2**40)),
+    "verify_chain_sampling_ragged max_drafts 1025": ("InvalidInput(max_drafts)",
+                                                     lambda: _with("verify_chain_sampling_ragged", max_drafts=1025)),
+    "verify_chain_sampling_ragged draft_probs (1, T, V)": ("InvalidInput(draft_probs)",
+                                                           lambda: _with("verify_chain_sampling_ragged", draft_probs=lambda q: q[None])),
+    "verify_chain_sampling_ragged target_probs (1, T + bs, V)": ("InvalidInput(target_probs)",
+                                                                 lambda: _with("verify_chain_sampling_ragged", target_probs=lambda p: p[None])),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in FOUND_BY_FUZZ])
+def test_found_by_fuzz(backend, label):
+    expected, make = FOUND_BY_FUZZ[label]
+    assert fuzz.outcome(backend, make(), label) == expected
+
+
 # Two copies into one slot break the distinct-destinations precondition: which write lands is
 # unspecified (a race on a GPU), every other output, slot and flag must still be the reference's.
 CONTESTED = {
