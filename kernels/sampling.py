@@ -722,7 +722,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
         candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
         tree_coins = torch.cat([accept, torch.zeros(bs, 1, dtype=torch.float32, device=accept.device)], dim=1)
         verdict = verify_kernels.verify_sampling(_chain_tree(bs, steps, draft_ids.device), candidates, probs, tree_coins, final,
-                                                 out=out, target=target)
+                                                 out=out, target=target, record_as_chain=True)
     else:
         verdict = verify_kernels.verify_chain_sampling(draft_ids, draft_probs, probs, accept, final, out=out, target=target)
     return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
