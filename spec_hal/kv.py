@@ -137,6 +137,7 @@ def check_move_kv(caches, src, dst) -> None:
     for index, cache in enumerate(caches):
         name = f"caches[{index}]"
         checks.tensor(name, cache, dtypes=KV_DTYPES, device=device)
+        checks.writable(name, cache)
         if cache.dim() < 1:
             raise InvalidInput(name, "a tensor (num_slots, ...)", "a 0-D tensor")
         if not _row_contiguous(cache):
