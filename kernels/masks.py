@@ -74,7 +74,8 @@ def apply_token_bitmask_(logits: torch.Tensor, token_bitmask: torch.Tensor, *, b
     if rows == 0:
         return logits
     block = _block(target, vocab)
-    index = bitmask_index if bitmask_index is not None else token_bitmask  # placeholder, never read
+    # the kernel reads the index with stride 1 (a sliced or expanded index is copied)
+    index = bitmask_index.contiguous() if bitmask_index is not None else token_bitmask  # placeholder, never read
     stride_row, stride_col = logits.stride()
     num_masks, width = token_bitmask.shape
     _apply_bitmask_kernel[(rows, cdiv(vocab, block))](
