@@ -34,7 +34,7 @@ from spec_hal.types import DraftTree, Verdict
 
 from .launch import KernelTarget, runtime_specialized
 from .masks import mask_row_base, token_allowed
-from .verify import (QUANT_SCALE, MaskArgs, _link, _pick, _pow2, _probs_strides, _quantize, _sanitize_coins, _sanitize_probs,
+from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _sanitize_coins, _sanitize_probs,
                      _store_verdict, _verdict_buffers)
 
 INV_QUANT_SCALE = tl.constexpr(2.0**-40)
@@ -130,7 +130,6 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
     ok = req_ok[:, None] & (lanes[None, :] < nodes)
     block_base = req64 * nodes
     node_ids = block_base[:, None] + lanes[None, :]
-    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
 
     width_lanes = tl.arange(0, W_PAD)
     last = tl.zeros([BLOCK_R], dtype=tl.int32)
@@ -152,11 +151,12 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
         mask_base, constrained = mask_row_base(index_ptr, node, descend & HAS_MASK, num_masks, mask_width, HAS_INDEX)
         cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
+        chosen_token = tl.full([BLOCK_R], -1, dtype=tl.int64)
         scanned = tl.zeros([BLOCK_R], dtype=tl.int32)
         while tl.max(cur, axis=0) >= 0:  # follow the child list to the first acceptance (at most N nodes)
             scanning = cur >= 0
             sibling = tl.load(next_sibling_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
-            token = _pick(cand, cur, lanes)
+            token = tl.load(cand_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
             in_vocab = scanning & (token >= 0) & (token < vocab)
             mass, _ = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, scanning, masses, rejections, lanes,
                                   vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK)
@@ -167,13 +167,14 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
             # u * q(x) < r(x) / sum(r), in the reference's float64 operation order.
             hit = in_vocab & (coin * tl.sum(q_x, axis=1).to(tl.float64) * mass.to(tl.float64) < r_x.to(tl.float64) * QUANT_SCALE)
             chosen = tl.where(hit, cur, chosen)
+            chosen_token = tl.where(hit, token, chosen_token)
             rejected = scanning & (hit == 0)
             masses = tl.where((lanes[None, :] == rejections[:, None]) & rejected[:, None], mass[:, None], masses)
             rejections += rejected.to(tl.int32)
             scanned += 1
             cur = tl.where(rejected & (scanned < nodes), _link(sibling, nodes).to(tl.int32), -1)
         standing = chosen >= 0
-        next_tokens = tl.where((lanes[None, :] == last[:, None]) & standing[:, None], _pick(cand, chosen, lanes)[:, None], next_tokens)
+        next_tokens = tl.where((lanes[None, :] == last[:, None]) & standing[:, None], chosen_token[:, None], next_tokens)
         last = tl.where(standing, chosen, last)
         num_correct += standing.to(tl.int32)
         level += 1
@@ -211,16 +212,18 @@ class TreeSamplingLaunch:
 
 def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> TreeSamplingLaunch:
     """One request per program on a GPU, 256 threads (8 warps, 4 wave64 warps on AMD) reading
-    512-wide tiles: 2 ids a thread. Wider tiles spill: every id inlines the float64 residual update
-    at three call sites, and ptxas gives each correctly rounded fp64 division a local frame once
-    there are more than about 8 of them (sm_90), gfx942 spills SGPRs at 4 ids a thread. The
+    256-wide tiles (512 on NVIDIA for N >= 64). Wider tiles spill: every id inlines the float64
+    residual update at three call sites, ptxas calls a subroutine for each correctly rounded fp64
+    division and saves live registers around it in a local frame (sm_90 at 4 ids a thread, and
+    at 1 id a thread with N >= 64), gfx942 spills SGPRs at 2-4 ids a thread. The
     interpreter batches requests so that a tile holds at most 2^17 elements, and reads a row in
     at least 2 tiles (the running sums across tiles are what the conformance suite checks there)."""
     if target.vendor == "interpreter":
         tile_v = min(max(triton.next_power_of_2(triton.cdiv(max(vocab, 1), 2)), 8), 4096)
         requests = min(_pow2(bs), 32768 // _pow2(nodes), max(2**17 // tile_v, 1))
         return TreeSamplingLaunch(requests=requests, warps=1, tile_v=tile_v)
-    return TreeSamplingLaunch(requests=1, warps=target.warps(256), tile_v=min(512, max(triton.next_power_of_2(max(vocab, 1)), 256)))
+    tile_v = 512 if target.vendor == "nvidia" and _pow2(nodes) >= 64 else 256
+    return TreeSamplingLaunch(requests=1, warps=target.warps(256), tile_v=min(tile_v, max(triton.next_power_of_2(max(vocab, 1)), 256)))
 
 
 def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
