@@ -211,19 +211,19 @@ class TreeSamplingLaunch:
 
 
 def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> TreeSamplingLaunch:
-    """One request per program on a GPU, 256 threads (8 warps, 4 wave64 warps on AMD) reading
-    256-wide tiles (512 on NVIDIA for N >= 64). Wider tiles spill: every id inlines the float64
-    residual update at three call sites, ptxas calls a subroutine for each correctly rounded fp64
-    division and saves live registers around it in a local frame (sm_90 at 4 ids a thread, and
-    at 1 id a thread with N >= 64), gfx942 spills SGPRs at 2-4 ids a thread. The
+    """One request per program on a GPU, one id per thread a tile: 128 threads (4 warps) on
+    NVIDIA, 256 (4 wave64 warps) on AMD. Wider tiles spill: every id inlines the float64 residual
+    update at three call sites, ptxas calls a subroutine for each correctly rounded fp64 division
+    and saves live registers around it in a local frame (sm_80/sm_90, Triton 3.6 and 3.9, at 2
+    ids a thread for some variants), and gfx942 spills SGPRs at 2-4 ids a thread. The
     interpreter batches requests so that a tile holds at most 2^17 elements, and reads a row in
     at least 2 tiles (the running sums across tiles are what the conformance suite checks there)."""
     if target.vendor == "interpreter":
         tile_v = min(max(triton.next_power_of_2(triton.cdiv(max(vocab, 1), 2)), 8), 4096)
         requests = min(_pow2(bs), 32768 // _pow2(nodes), max(2**17 // tile_v, 1))
         return TreeSamplingLaunch(requests=requests, warps=1, tile_v=tile_v)
-    tile_v = 512 if target.vendor == "nvidia" and _pow2(nodes) >= 64 else 256
-    return TreeSamplingLaunch(requests=1, warps=target.warps(256), tile_v=min(tile_v, max(triton.next_power_of_2(max(vocab, 1)), 256)))
+    threads = 128 if target.vendor == "nvidia" else 256
+    return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads)
 
 
 def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
