@@ -23,7 +23,7 @@ import triton.language as tl
 
 from spec_hal.mamba import MambaCommit, commit_bytes_per_request
 
-from .launch import KernelTarget
+from .launch import KernelTarget, cdiv, next_power_of_2
 
 MAX_GRID_Y = 65535  # CUDA/HIP limit of grid dimension 1: requests per launch
 STEPS_BLOCK = 1024
@@ -137,7 +137,7 @@ def scatter_config(target: KernelTarget, element_size: int, state_numel: int) ->
     thread moves 64 bytes as four 16-byte vectors. The interpreter runs one Python call per
     program, so it takes whole states up to 64 Ki elements.
     """
-    fitted = max(triton.next_power_of_2(max(state_numel, 1)), 16)
+    fitted = max(next_power_of_2(max(state_numel, 1)), 16)
     if target.vendor == "interpreter":
         return min(fitted, 65536), 1
     return min(16384 // element_size, fitted), 256 // target.warp_size
@@ -158,7 +158,7 @@ def _launch_scatter(*, dst, src, dst_slots, src_steps, src_rows, target: KernelT
     if requests == 0 or dst.shape[0] == 0 or state_numel == 0:
         return
     block, warps = scatter_config(target, dst.element_size(), state_numel)
-    tiles = triton.cdiv(state_numel, block)
+    tiles = cdiv(state_numel, block)
     rows = _vector(src_rows) if src_rows is not None else dst_slots  # placeholder pointer, never read
     for first in range(0, requests, MAX_GRID_Y):  # one launch unless there are > 65,535 requests
         _scatter_state_kernel[(dst.shape[0] * tiles, min(requests - first, MAX_GRID_Y))](
@@ -193,7 +193,7 @@ def _steps_launch(verdict, seq_lens, *, track_interval, steps, slots=None, track
         verdict.batch_size, accept_index.stride(0), accept_index.shape[1], verdict.num_nodes,
         track_interval if has_track else 1, num_slots, num_rows, bytes_per_request,
         HAS_TRACK=has_track, FOR_COMMIT=bytes_moved is not None, HAS_ROWS=src_rows is not None,
-        BLOCK=min(max(triton.next_power_of_2(verdict.batch_size), 16), STEPS_BLOCK), num_warps=4,
+        BLOCK=min(max(next_power_of_2(verdict.batch_size), 16), STEPS_BLOCK), num_warps=4,
     )
 
 
@@ -214,9 +214,9 @@ def commit_mamba_state(
     bs = verdict.batch_size
     device = verdict.device
     steps = torch.empty((2, bs), dtype=torch.int32, device=device)
-    bytes_moved = torch.zeros((), dtype=torch.int64, device=device)
+    bytes_moved = torch.empty((), dtype=torch.int64, device=device)  # the steps kernel writes it (no fill launch)
     if bs == 0:
-        return MambaCommit(steps[0], steps[1], bytes_moved)
+        return MambaCommit(steps[0], steps[1], bytes_moved.zero_())
     slots = _vector(slots)
     track_slots = None if track_slots is None else _vector(track_slots)
     src_rows = None if src_rows is None else _vector(src_rows)
@@ -283,7 +283,7 @@ def describe_launch(target: KernelTarget) -> list[str]:
     lines = []
     for label, element_size, state_numel in (("ssm (32,128,128) fp32", 4, 32 * 128 * 128), ("conv (8192,3) bf16", 2, 8192 * 3)):
         block, warps = scatter_config(target, element_size, state_numel)
-        lines.append(f"scatter_mamba_state {label}: BLOCK={block}, {triton.cdiv(state_numel, block)} tiles/layer/request, "
+        lines.append(f"scatter_mamba_state {label}: BLOCK={block}, {cdiv(state_numel, block)} tiles/layer/request, "
                      f"{warps} warps x {target.warp_size} lanes, grid (L x tiles, requests)")
     lines.append(f"mamba_commit_steps: 1 program, BLOCK<={STEPS_BLOCK}, 4 warps")
     return lines

@@ -24,7 +24,7 @@ import triton.language as tl
 from spec_hal.ragged import chain_layout
 from spec_hal.types import Verdict
 
-from .launch import KernelTarget, runtime_specialized
+from .launch import KernelTarget, runtime_specialized, cdiv
 from .masks import mask_row_base, token_allowed
 from .verify import (MaskArgs, _block_sums, _final_token_scratch, _finishing, _merge_argmax, _pow2, _quantize, _sample_from_sums,
                      _sanitize_coins, _sanitize_probs, _target_source, _verdict_buffers, sampling_launch, walk_launch)
@@ -159,7 +159,7 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
     config = walk_launch(target, bs, nodes)
     warps = _warps(target, config)
     drafts = draft_tokens.contiguous() if total else counts  # an empty tensor may have no address
-    _ragged_chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
+    _ragged_chain_greedy_kernel[(cdiv(bs, config.requests),)](
         drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total + bs, *masks.args,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
@@ -191,7 +191,7 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
     config = sampling_launch(target, bs, nodes, vocab)
     sums, counters = _final_token_scratch(bs, config, draft_tokens.device)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
-    _ragged_chain_sampling_kernel[(triton.cdiv(bs, config.requests), config.chunks)](
+    _ragged_chain_sampling_kernel[(cdiv(bs, config.requests), config.chunks)](
         drafts, counts, starts, total, total + bs, q, q.stride(0), q.stride(1), target_probs, target_probs.stride(0), target_probs.stride(1),
         step_coins, final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts, vocab,
         sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args,

@@ -37,7 +37,7 @@ from spec_hal.types import DraftTree
 from spec_hal import error_flag
 
 from .error_flag import ARGUMENT_STEP, record_invalid
-from .launch import KernelTarget
+from .launch import KernelTarget, next_power_of_2
 
 MASK_QLEN, MASK_FULL, MASK_BITPACKED = 0, 1, 2
 _MASK_CODES = {"qlen": MASK_QLEN, "full": MASK_FULL, "bitpacked": MASK_BITPACKED}
@@ -134,7 +134,7 @@ class TreeLaunch:
 def launch_config(target: KernelTarget, num_nodes: int) -> TreeLaunch:
     """Warps per program from the N_PAD^2 matrix size: about 8 elements per lane, at most 4 warps
     of 32 (NVIDIA) or 2 wavefronts of 64 (AMD); the interpreter runs one program at a time."""
-    padded = max(triton.next_power_of_2(num_nodes), 2)
+    padded = max(next_power_of_2(num_nodes), 2)
     if target.vendor == "interpreter":
         return TreeLaunch(padded, 1)
     lanes_wanted = max(padded * padded // 8, target.warp_size)

@@ -32,7 +32,7 @@ import triton.language as tl
 
 from spec_hal.types import DraftTree, Verdict
 
-from .launch import KernelTarget, runtime_specialized
+from .launch import KernelTarget, cdiv, runtime_specialized
 from .masks import mask_row_base, token_allowed
 from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _sanitize_coins, _sanitize_probs,
                      _store_verdict, _verdict_buffers)
@@ -238,7 +238,7 @@ def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs:
     vocab = target_probs.shape[-1]
     config = tree_sampling_launch(target, bs, nodes, vocab)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
-    _tree_sampling_kernel[(triton.cdiv(bs, config.requests),)](
+    _tree_sampling_kernel[(cdiv(bs, config.requests),)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
         draft_probs, *_probs_strides(draft_probs, nodes), target_probs, *_probs_strides(target_probs, nodes),
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens,
