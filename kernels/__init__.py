@@ -27,6 +27,7 @@ KERNEL_MODULES = (
     "spec_hal.kernels.kv",
     "spec_hal.kernels.tree",
     "spec_hal.kernels.ragged",
+    "spec_hal.kernels.tree_sampling",
     "spec_hal.kernels.sampling",
 )
 

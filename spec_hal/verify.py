@@ -738,8 +738,8 @@ def verify_tree_sampling(
         out: optional Verdict of contiguous int32 buffers.
 
     Returns:
-        Verdict (see verify_greedy). No Triton kernel yet: every backend runs this reference on
-        its device (integer arithmetic and elementwise float64, identical everywhere).
+        Verdict (see verify_greedy). Integer arithmetic and elementwise float64, identical on
+        every backend (the Triton kernel: kernels/tree_sampling.py).
     """
     bs, nodes = candidates.shape
     vocab = target_probs.shape[-1]

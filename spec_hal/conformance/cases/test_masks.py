@@ -7,13 +7,15 @@ documented id 0 of a row that allows nothing).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 import spec_hal.masks as masks
 import spec_hal.topk as topk_reference
 import spec_hal.verify as verify_reference
-from spec_hal.conformance.guards import assert_rejects, call_without_sync, embedded_input
+from spec_hal.conformance.guards import assert_rejects, call_without_sync, embedded_input, guarded_output, no_host_sync
 from spec_hal.conformance.inputs import logits_rows
 from spec_hal.conformance.tolerances import assert_close
 from spec_hal.conformance.trees import random_tree, replicate, tree_from_parents, tree_to
@@ -362,6 +364,42 @@ def test_verify_tree_sampling_matches_reference(backend, steps, nodes, masked):
     _assert_same(verdict, expected)
     if masked:
         _assert_path_allowed(verdict, allowed, nodes)
+
+
+@pytest.mark.spec_hal_op("verify_tree_sampling")
+def test_verify_tree_sampling_bounded(backend):
+    """Long rejection chains (siblings drawn from 3 tokens, so duplicates are rejected in turn),
+    candidates outside [0, V), a request with garbage links, unnormalised strided (bs*N, V)
+    probabilities inside attractive margins (p = q = 1 next to every row) and canary-guarded out=
+    buffers: the reference's verdict, nothing outside the tensors read or written."""
+    bs, nodes, steps, vocab = 4, 10, 4, 13
+    tree, _ = random_tree(bs, nodes, steps, seed=3, vocab=vocab, chain_bias=0.2)
+    generator = torch.Generator().manual_seed(3)
+    links = tree.retrieve_next_token.clone(), tree.retrieve_next_sibling.clone()
+    links[0][3], links[1][3] = torch.randint(-2, nodes + 2, (2, nodes), generator=generator)
+    tree = dataclasses.replace(tree, retrieve_next_token=links[0], retrieve_next_sibling=links[1])
+    candidates = torch.randint(0, 3, (bs, nodes), generator=generator)
+    candidates[1, 2], candidates[2, 1] = vocab, -1
+    draft = torch.softmax(torch.randn(bs * nodes, vocab, generator=generator), dim=1)
+    target = torch.rand(bs * nodes, vocab, generator=generator) * 0.3
+    coins, final_coins = torch.rand(bs, nodes, generator=generator), torch.rand(bs, generator=generator)
+    expected = verify_reference.verify_tree_sampling(tree, candidates, draft, target, coins, final_coins)
+    device = backend.device
+    guards = [guarded_output((bs * nodes,), torch.int32, device), guarded_output((bs, steps + 1), torch.int32, device),
+              guarded_output((bs,), torch.int32, device), guarded_output((bs,), torch.int32, device)]
+    out = Verdict(*(guard.tensor for guard in guards))
+    inputs = (tree_to(tree, device), candidates.to(device), embedded_input(draft, device, margin_value=1.0),
+              embedded_input(target, device, margin_value=1.0), coins.to(device), final_coins.to(device))
+    with no_host_sync(device):
+        backend.verify_tree_sampling(*inputs, out=out)
+    for guard, field in zip(guards, FIELDS):
+        guard.assert_intact(field)
+    _assert_same(out, expected)
+    empty = torch.zeros(0, nodes, dtype=torch.int64, device=device)
+    empty_tree = dataclasses.replace(tree_to(tree, device), retrieve_index=empty, retrieve_next_token=empty, retrieve_next_sibling=empty)
+    verdict = backend.verify_tree_sampling(empty_tree, empty, torch.zeros(0, nodes, vocab, device=device), torch.zeros(0, nodes, vocab, device=device),
+                                           torch.zeros(0, nodes, device=device), torch.zeros(0, device=device))
+    assert verdict.predict.shape == (0,) and verdict.accept_index.shape == (0, steps + 1) and verdict.num_correct.shape == (0,)
 
 
 @pytest.mark.spec_hal_op("verify_tree_sampling")

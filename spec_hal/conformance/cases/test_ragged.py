@@ -12,7 +12,8 @@ import spec_hal.mamba as mamba_reference
 import spec_hal.ragged as reference
 import spec_hal.verify as verify_reference
 from spec_hal.conformance.cases.test_masks import random_bitmask
-from spec_hal.conformance.guards import assert_rejects, call_without_sync
+from spec_hal.conformance.cases.test_verify import _guarded_verdict
+from spec_hal.conformance.guards import assert_rejects, call_without_sync, embedded_input, no_host_sync
 from spec_hal.types import Verdict
 
 FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
@@ -119,6 +120,52 @@ def test_verify_chain_sampling_ragged(backend, name, with_draft_probs, masked):
     zero = counts_t == 0
     assert (verdict.num_correct.cpu()[zero] == 0).all()
     assert (verdict.num_correct.cpu() <= counts_t).all()
+
+
+# Unchecked counts (no SPEC_HAL_CHECKS): negative, above max_drafts, and not summing to T (short
+# and long), so the flat rows run out early or are left over.
+BAD_COUNTS = {"negative_and_large": ([-3, 2, 9, 1], 6), "short_flat": ([4, 4, 4], 5), "long_flat": ([1, 0, 2], 9)}
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
+@pytest.mark.parametrize("name", list(BAD_COUNTS))
+@pytest.mark.parametrize("with_draft_probs", (True, False))
+def test_verify_chain_sampling_ragged_bounded(backend, name, with_draft_probs):
+    """Strided inputs inside attractive margins (p = q = 1 next to every row), canary-guarded out=
+    buffers and counts that break the layout: the result is the reference's (counts clamped,
+    rows past the flat end read as padding) and nothing outside the tensors is read or written."""
+    counts, total = BAD_COUNTS[name]
+    bs, vocab = len(counts), 21
+    generator = torch.Generator().manual_seed(total * 7 + with_draft_probs)
+    drafts = torch.randint(0, vocab, (total,), generator=generator)
+    target_probs = torch.softmax(torch.randn(total + bs, vocab, generator=generator) * 3, dim=1)
+    draft_probs = torch.softmax(torch.randn(total, vocab, generator=generator), dim=1) if with_draft_probs else None
+    coins, final_coins = torch.rand(total, generator=generator), torch.rand(bs, generator=generator)
+    counts_t = torch.tensor(counts, dtype=torch.int32)
+    expected = reference.verify_chain_sampling_ragged(drafts, counts_t, draft_probs, target_probs, coins, final_coins, max_drafts=MAX_DRAFTS)
+    device = backend.device
+    inputs = (drafts.to(device), counts_t.to(device),
+              embedded_input(draft_probs, device, margin_value=1.0) if with_draft_probs else None,
+              embedded_input(target_probs, device, margin_value=1.0), coins.to(device), final_coins.to(device))
+    guards, out = _guarded_verdict(bs, MAX_DRAFTS + 1, MAX_DRAFTS + 1, device)
+    with no_host_sync(device):
+        returned = backend.verify_chain_sampling_ragged(*inputs, max_drafts=MAX_DRAFTS, out=out)
+    assert returned.predict.data_ptr() == out.predict.data_ptr(), "out= buffers were not used"
+    for guard, field in zip(guards, FIELDS):
+        guard.assert_intact(field)
+    _assert_same(out, expected)
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
+def test_verify_chain_sampling_ragged_batch_size_zero(backend):
+    device = backend.device
+    for draft_probs in (None, torch.zeros(0, 10, device=device)):
+        verdict = backend.verify_chain_sampling_ragged(torch.zeros(0, dtype=torch.int64, device=device),
+                                                       torch.zeros(0, dtype=torch.int64, device=device), draft_probs,
+                                                       torch.zeros(0, 10, device=device), torch.zeros(0, device=device),
+                                                       torch.zeros(0, device=device), max_drafts=3)
+        assert verdict.predict.shape == (0,) and verdict.accept_index.shape == (0, 4)
+        assert verdict.num_correct.shape == (0,) and verdict.accept_lens.shape == (0,)
 
 
 @pytest.mark.spec_hal_op("verify_chain_ragged")

@@ -1,0 +1,295 @@
+"""Triton kernel of ``verify_tree_sampling`` (family ``verify``: tree verification with the true
+draft distribution, multi-draft recursive rejection sampling). Semantics and every rounding:
+``spec_hal.verify.verify_tree_sampling``. Its own module because its residual is not a function
+of one vocabulary pass as in kernels/verify.py's sampling kernels.
+
+``_tree_sampling_kernel`` (grid: request blocks) walks the tree like ``_sampling_walk_kernel``
+(first child, then siblings, stopping at the first acceptance). At the last accepted node j the
+residual after k rejections is, token by token,
+
+    r_0 = quantise(p_j),  r_{i+1} = floor(max(0, r_i / max(m_i, 1) - q_j / 2^40) * 2^40),
+
+with m_i = sum(r_i): every entry depends only on its own p_j, q_j and the scalar masses m_0 ..
+m_{i-1}. So no (bs, V) residual buffer exists: the kernel keeps the masses of the current level
+(at most N, in registers) and recomputes r_k tile by tile from the p and q rows whenever it needs
+it. Testing child k costs one pass over the row (m_k) plus one gathered load (r_k(x), q(x));
+the final token costs two passes (totals, then the inverse CDF's count of running sums <= t).
+Integer sums are exact and every float64 step is one IEEE operation (division included: Triton
+lowers fp64 ``/`` to a correctly rounded division), so the result is bit-identical to the
+reference on every backend.
+
+``BLOCK_R`` requests share a program: 1 on a GPU, many under the interpreter (the statistical
+test runs 5 x 10^4 requests).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from spec_hal.types import DraftTree, Verdict
+
+from .launch import KernelTarget, cdiv, runtime_specialized
+from .masks import mask_row_base, token_allowed
+from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _sanitize_coins, _sanitize_probs,
+                     _store_verdict, _verdict_buffers)
+
+INV_QUANT_SCALE = tl.constexpr(2.0**-40)
+
+
+# ----------------------------------------------------------------------------------------------
+# device helpers
+
+
+@triton.jit
+def _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols, ok, mask_ptr, mask_base, constrained, mask_width,
+                    HAS_MASK: tl.constexpr):
+    """(quantised target p, quantised draft q) int64 at token ids ``cols`` (R, L) of each request's
+    rows (``p_base``/``q_base`` (R,) element offsets); 0 where not ``ok`` and p = 0 where the row's
+    mask does not allow the id."""
+    p_ok = ok
+    if HAS_MASK:
+        p_ok = ok & token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols, ok, mask_width)
+    cols = cols.to(tl.int64)
+    p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols * stride_pv, mask=p_ok, other=0.0))
+    q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols * stride_qv, mask=ok, other=0.0))
+    return _quantize(p), _quantize(q)
+
+
+@triton.jit
+def _residual(p_int, q_int, masses, rejections, lanes, max_rejections):
+    """r_k (R, L) int64 from r_0 = ``p_int`` after each request's ``rejections`` (R,) rejections,
+    rejection i at mass ``masses[:, i]`` (R, N_PAD): the reference's float64 update, elementwise."""
+    r = p_int
+    q_scaled = q_int.to(tl.float64) * INV_QUANT_SCALE  # exact: a power-of-two scale
+    for i in range(0, max_rejections):
+        mass = tl.sum(tl.where(lanes[None, :] == i, masses, 0), axis=1)
+        mass = tl.maximum(mass.to(tl.float64), 1.0)
+        active = (i < rejections)[:, None]
+        # Rows past their rejections divide 0 (their mass slot is 0: r * 2^40 would overflow the cast).
+        update = (tl.maximum(tl.where(active, r.to(tl.float64), 0.0) / mass[:, None] - q_scaled, 0.0) * QUANT_SCALE).to(tl.int64)
+        r = tl.where(active, update, r)
+    return r
+
+
+@triton.jit
+def _row_totals(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, masses, rejections, lanes, vocab,
+                mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr):
+    """(sum of r_k, sum of r_0) (R,) int64 over each request's row: one pass over the vocabulary."""
+    max_rejections = tl.max(tl.where(rows_ok, rejections, 0), axis=0)
+    total_r = tl.zeros([BLOCK_R], dtype=tl.int64)
+    total_p = tl.zeros([BLOCK_R], dtype=tl.int64)
+    for t in range(0, tl.cdiv(vocab, TILE_V)):
+        cols = t * TILE_V + tl.arange(0, TILE_V)
+        ok = rows_ok[:, None] & (cols[None, :] < vocab)
+        p_int, q_int = _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols[None, :], ok, mask_ptr, mask_base,
+                                       constrained, mask_width, HAS_MASK)
+        total_r += tl.sum(_residual(p_int, q_int, masses, rejections, lanes, max_rejections), axis=1)
+        total_p += tl.sum(p_int, axis=1)
+    return total_r, total_p
+
+
+@triton.jit
+def _inverse_cdf(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, masses, rejections, lanes, vocab, total, coin,
+                 mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr):
+    """The id whose inclusive running sum of r_k first exceeds min(floor(u * total), total - 1),
+    counted as the number of ids whose running sum is <= it; 0 where total = 0. (R,) int64."""
+    threshold = tl.minimum((coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64), total - 1)
+    max_rejections = tl.max(tl.where(rows_ok, rejections, 0), axis=0)
+    running = tl.zeros([BLOCK_R], dtype=tl.int64)
+    index = tl.zeros([BLOCK_R], dtype=tl.int64)
+    for t in range(0, tl.cdiv(vocab, TILE_V)):
+        cols = t * TILE_V + tl.arange(0, TILE_V)
+        ok = rows_ok[:, None] & (cols[None, :] < vocab)
+        p_int, q_int = _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols[None, :], ok, mask_ptr, mask_base,
+                                       constrained, mask_width, HAS_MASK)
+        r = _residual(p_int, q_int, masses, rejections, lanes, max_rejections)
+        index += tl.sum(tl.where(tl.cumsum(r, axis=1) + running[:, None] <= threshold[:, None], 1, 0), axis=1)
+        running += tl.sum(r, axis=1)
+    return tl.where(total > 0, index, 0)
+
+
+# ----------------------------------------------------------------------------------------------
+# kernel
+
+
+@triton.jit
+def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv,
+                          probs_ptr, stride_pb, stride_pn, stride_pv, coins_ptr, final_coins_ptr,
+                          predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
+                          mask_ptr, index_ptr, num_masks, mask_width,
+                          BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILE_V: tl.constexpr,
+                          HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
+    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    req_ok = req < bs
+    req64 = req.to(tl.int64)
+    lanes = tl.arange(0, N_PAD)
+    ok = req_ok[:, None] & (lanes[None, :] < nodes)
+    block_base = req64 * nodes
+    node_ids = block_base[:, None] + lanes[None, :]
+
+    width_lanes = tl.arange(0, W_PAD)
+    last = tl.zeros([BLOCK_R], dtype=tl.int32)
+    num_correct = tl.zeros([BLOCK_R], dtype=tl.int32)
+    on_path = tl.where(lanes[None, :] == 0, 1, tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32))
+    next_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
+    accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
+    masses = tl.zeros([BLOCK_R, N_PAD], dtype=tl.int64)  # mass of the residual at each rejection of this level
+    rejections = tl.zeros([BLOCK_R], dtype=tl.int32)
+    standing = req_ok
+    level = tl.zeros([BLOCK_R], dtype=tl.int32)
+    while tl.max(standing.to(tl.int32), axis=0) > 0:
+        node = block_base + last
+        descend = standing & (level < num_steps) & (level < nodes - 1)  # never more than N - 1 accepts
+        masses = tl.where(standing[:, None], 0, masses)  # a new node: its residual starts as its target row
+        rejections = tl.where(standing, 0, rejections)
+        p_base = req64 * stride_pb + last.to(tl.int64) * stride_pn
+        q_base = req64 * stride_qb + last.to(tl.int64) * stride_qn
+        mask_base, constrained = mask_row_base(index_ptr, node, descend & HAS_MASK, num_masks, mask_width, HAS_INDEX)
+        cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
+        chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
+        chosen_token = tl.full([BLOCK_R], -1, dtype=tl.int64)
+        scanned = tl.zeros([BLOCK_R], dtype=tl.int32)
+        while tl.max(cur, axis=0) >= 0:  # follow the child list to the first acceptance (at most N nodes)
+            scanning = cur >= 0
+            sibling = tl.load(next_sibling_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
+            token = tl.load(cand_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
+            in_vocab = scanning & (token >= 0) & (token < vocab)
+            mass, _ = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, scanning, masses, rejections, lanes,
+                                  vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK)
+            p_x, q_x = _quantized_rows(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, token[:, None], in_vocab[:, None],
+                                       mask_ptr, mask_base, constrained, mask_width, HAS_MASK)
+            r_x = tl.sum(_residual(p_x, q_x, masses, rejections, lanes, tl.max(tl.where(in_vocab, rejections, 0), axis=0)), axis=1)
+            coin = _sanitize_coins(tl.load(coins_ptr + block_base + cur, mask=scanning, other=0.0)).to(tl.float64)
+            # u * q(x) < r(x) / sum(r), in the reference's float64 operation order.
+            hit = in_vocab & (coin * tl.sum(q_x, axis=1).to(tl.float64) * mass.to(tl.float64) < r_x.to(tl.float64) * QUANT_SCALE)
+            chosen = tl.where(hit, cur, chosen)
+            chosen_token = tl.where(hit, token, chosen_token)
+            rejected = scanning & (hit == 0)
+            masses = tl.where((lanes[None, :] == rejections[:, None]) & rejected[:, None], mass[:, None], masses)
+            rejections += rejected.to(tl.int32)
+            scanned += 1
+            cur = tl.where(rejected & (scanned < nodes), _link(sibling, nodes).to(tl.int32), -1)
+        standing = chosen >= 0
+        next_tokens = tl.where((lanes[None, :] == last[:, None]) & standing[:, None], chosen_token[:, None], next_tokens)
+        last = tl.where(standing, chosen, last)
+        num_correct += standing.to(tl.int32)
+        level += 1
+        on_path = tl.where(lanes[None, :] == chosen[:, None], 1, on_path)
+        accept = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], block_base[:, None] + chosen[:, None], accept)
+
+    # The final token: the residual left at the last node, else its target row, else id 0.
+    p_base = req64 * stride_pb + last.to(tl.int64) * stride_pn
+    q_base = req64 * stride_qb + last.to(tl.int64) * stride_qn
+    mask_base, constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
+    total_r, total_p = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, masses, rejections, lanes,
+                                   vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK)
+    use_residual = total_r > 0
+    final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
+    final = _inverse_cdf(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, masses,
+                         tl.where(use_residual, rejections, 0), lanes, vocab, tl.where(use_residual, total_r, total_p), final_coin,
+                         mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK)
+    next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
+    predict = tl.where(on_path != 0, next_tokens, -1)
+    _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
+                   req, req_ok, ok, node_ids, width_lanes, num_steps)
+
+
+# ----------------------------------------------------------------------------------------------
+# launch config and host function
+
+
+@dataclass(frozen=True)
+class TreeSamplingLaunch:
+    """Grid (cdiv(bs, requests),); each pass reads the vocabulary in ``tile_v``-wide tiles."""
+    requests: int  # BLOCK_R
+    warps: int
+    tile_v: int
+
+
+def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> TreeSamplingLaunch:
+    """One request per program on a GPU, one id per thread a tile: 128 threads (4 warps) on
+    NVIDIA, 256 (4 wave64 warps) on AMD. Wider tiles spill: every id inlines the float64 residual
+    update at three call sites, ptxas calls a subroutine for each correctly rounded fp64 division
+    and saves live registers around it in a local frame (sm_80/sm_90, Triton 3.6 and 3.9, at 2
+    ids a thread for some variants), and gfx942 spills SGPRs at 2-4 ids a thread. The
+    interpreter batches requests so that a tile holds at most 2^17 elements, and reads a row in
+    at least 2 tiles (the running sums across tiles are what the conformance suite checks there)."""
+    if target.vendor == "interpreter":
+        tile_v = min(max(triton.next_power_of_2(triton.cdiv(max(vocab, 1), 2)), 8), 4096)
+        requests = min(_pow2(bs), 32768 // _pow2(nodes), max(2**17 // tile_v, 1))
+        return TreeSamplingLaunch(requests=requests, warps=1, tile_v=tile_v)
+    threads = 128 if target.vendor == "nvidia" else 256
+    return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads)
+
+
+def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
+                         coins: torch.Tensor, final_coins: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
+                         bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+    """Triton provider of ``verify_tree_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
+    bs, nodes = candidates.shape
+    width = tree.num_steps + 1
+    out = _verdict_buffers(bs, nodes, width, candidates.device, out)
+    if bs == 0:
+        return out
+    vocab = target_probs.shape[-1]
+    config = tree_sampling_launch(target, bs, nodes, vocab)
+    masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
+    _tree_sampling_kernel[(cdiv(bs, config.requests),)](
+        tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
+        draft_probs, *_probs_strides(draft_probs, nodes), target_probs, *_probs_strides(target_probs, nodes),
+        coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens,
+        bs, nodes, tree.num_steps, vocab, *masks.args,
+        BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, **masks.flags, num_warps=config.warps,
+    )
+    return out
+
+
+PROVIDERS = {
+    "verify_tree_sampling": (verify_tree_sampling,
+                             "kernels/tree_sampling.py: tree walk + recursive rejection with the residual recomputed per tile"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# offline compilation and launch descriptions
+
+# (bs, N, V, S): production shapes and the conformance shapes.
+_SHAPES = ((1, 8, 32000, 3), (64, 8, 151936, 5), (16, 64, 151936, 6), (9, 16, 12, 5))
+
+
+def compile_specs(target: KernelTarget):
+    """Every launch of ``_tree_sampling_kernel``: generic and runtime-specialised (contiguous
+    (bs, N, V) probabilities), with the mask variants at one production shape."""
+    specs = []
+    for bs, nodes, vocab, steps in _SHAPES:
+        config = tree_sampling_launch(target, bs, nodes, vocab)
+        variants = [("*i32", "*i32", False, False)]
+        if (bs, nodes) == (64, 8):
+            variants += [("*i32", "*i32", True, False), ("*i32", "*i32", True, True), ("*i32", "*i64", True, True)]
+        for mask_type, index_type, has_mask, has_index in variants:
+            signature = {"next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64", "draft_probs_ptr": "*fp32",
+                         "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64", "probs_ptr": "*fp32", "stride_pb": "i64",
+                         "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
+                         "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32",
+                         "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", "mask_ptr": mask_type, "index_ptr": index_type,
+                         "num_masks": "i32", "mask_width": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr",
+                         "TILE_V": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr"}
+            constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILE_V": config.tile_v,
+                          "HAS_MASK": has_mask, "HAS_INDEX": has_index}
+            specs.append((_tree_sampling_kernel, signature, constexprs, config.warps))
+            specs.append(runtime_specialized(target, _tree_sampling_kernel, signature, constexprs, config.warps,
+                                             values={"stride_qb": nodes * vocab, "stride_qn": vocab, "stride_qv": 1, "stride_pb": nodes * vocab,
+                                                     "stride_pn": vocab, "stride_pv": 1, "bs": bs, "nodes": nodes, "num_steps": steps,
+                                                     "vocab": vocab, "num_masks": bs * nodes if has_mask else 0,
+                                                     "mask_width": (vocab + 31) // 32 if has_mask else 0}))
+    return specs
+
+
+def describe_launch(target: KernelTarget) -> list[str]:
+    config = tree_sampling_launch(target, 64, 8, 151936)
+    return [f"verify_tree_sampling bs=64 N=8 V=151936: {config.requests} req/program, {config.warps} warps, tiles of {config.tile_v}; "
+            "one vocabulary pass per scanned child, two for the final token"]
