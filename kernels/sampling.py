@@ -31,9 +31,11 @@ import triton
 import triton.language as tl
 
 import spec_hal.sampling as semantics
+from spec_hal import error_flag
 from spec_hal.types import DraftTree, Verdict
 
 from . import verify as verify_kernels
+from .error_flag import record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 from .verify import _link, _pick, _quantize, _sanitize_coins, _store_verdict
 
@@ -329,6 +331,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
                        temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
                        tensor_params, next_token_ptr, next_sibling_ptr, cand_ptr, coins_ptr, final_coins_ptr, seed_ptr, offset_ptr,
                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, logprob_ptr, bs, nodes, num_steps,
+                       flag_ptr, flag_code, chain_shift,
                        BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, NB_PAD: tl.constexpr,
                        PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr):
     """The from-logits tree walk: each request processes only the rows it stands on (the path
@@ -344,6 +347,9 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
     node_ids = block_base[:, None] + lanes[None, :]
     cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
+    # Error flag, as the walk of verify_sampling records (spec_hal.verify.record_token_ids): ids
+    # < -1 or >= V; chain_shift 1 for a chain (drafts = nodes 1.., index b*S + j - 1).
+    record_invalid(flag_ptr, flag_code, ok & ((cand < -1) | (cand >= vocab)), node_ids - (req.to(tl.int64)[:, None] + 1) * chain_shift)
     key = tl.zeros([BLOCK_R], dtype=tl.int64)
     if HASH_COINS:
         key = _hash_key(tl.load(seed_ptr + req, mask=req_ok, other=0).to(tl.int64), tl.load(offset_ptr + req, mask=req_ok, other=0).to(tl.int64))
@@ -617,8 +623,14 @@ def _scalar_or_tensor(value, dtype, placeholder: torch.Tensor, bit: int):
     return placeholder, value, 0
 
 
+# What the fused walk records for a candidate id < -1 or >= V: as the from-logits references do
+# (they record through verify_sampling / verify_chain_sampling on the processed rows).
+_TREE_IDS_CODE = error_flag.code("verify_sampling", "candidates")
+_CHAIN_IDS_CODE = error_flag.code("verify_chain_sampling", "draft_ids")
+
+
 def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor, *, temperature, top_k, top_p, min_p, seed, offset,
-                generator, coins, final_coins, logprobs, out: Optional[Verdict], target: KernelTarget):
+                generator, coins, final_coins, logprobs, out: Optional[Verdict], target: KernelTarget, as_chain: bool = False):
     """(Verdict, emitted-token logprobs (bs, S+1) or None) of the fused walk on (bs*N, V) logits:
     one launch (the parameters and the seeded coins are computed in the kernel)."""
     bs, nodes = candidates.shape
@@ -655,6 +667,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), accept, final,
         seed if hashed else table, offset if hashed else table,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, float_placeholder, bs, nodes, tree.num_steps,
+        error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain),
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
         PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=0 if logprobs is None else semantics.LOGPROB_MODES.index(logprobs) + 1,
         num_warps=config.warps,
@@ -709,7 +722,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
             tree_coins = torch.cat([accept, torch.zeros(bs, 1, dtype=torch.float32, device=accept.device)], dim=1)
         verdict, values = _fused_walk(_chain_tree(bs, steps, draft_ids.device), candidates, logits, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, offset=offset, generator=None, coins=tree_coins,
-                                      final_coins=tree_final, logprobs=logprobs, out=out, target=target)
+                                      final_coins=tree_final, logprobs=logprobs, out=out, target=target, as_chain=True)
         if logprobs is None or not top_logprobs:
             return semantics.SampledVerdict(verdict, values)
         params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
@@ -769,6 +782,7 @@ def compile_specs(target: KernelTarget):
         "next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
         "seed_ptr": "*i64", "offset_ptr": "*i64", "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32",
         "accept_lens_ptr": "*i32", "logprob_ptr": "*fp32", "bs": "i32", "nodes": "i32", "num_steps": "i32",
+        "flag_ptr": "*i64", "flag_code": "i64", "chain_shift": "i32",
         **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS")}}
     for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
         config = fused_launch(target, bs, nodes, vocab)
