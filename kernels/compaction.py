@@ -55,14 +55,21 @@ def _compact_rows_kernel(x_ptr, x_stride, out_ptr, accept_index_ptr, index_strid
 def compact_launch(target: KernelTarget, columns: int, element_size: int) -> tuple[int, int, int]:
     """(ROWS, BLOCK columns, warps): tiles of up to 16 KiB on GPUs (narrow rows such as predict
     share a program, wide hidden rows split into column tiles); the interpreter takes whole rows
-    and many of them per program (its cost is per program)."""
+    and many of them per program (its cost is per program).
+
+    Per-thread limits keep every tile in registers (the compile matrix's resource report): at most
+    8 rows per thread (each row carries its own int64 source index and pointers: 16384 one-column
+    rows in 256 threads spilled on every target) and 64 bytes per thread on NVIDIA, 32 on AMD
+    (a 64-byte share spilled VGPRs on CDNA; there the 16 KiB tile takes 8 wavefronts)."""
     block = max(triton.next_power_of_2(columns), 1)
     if target.vendor == "interpreter":
         return max(1, min(1024, 65536 // block)), block, 1
     block = min(block, 16384 // element_size)
-    rows = max(1, 16384 // (block * element_size))
-    warps = max(1, min(8, rows * block * element_size // (16 * target.warp_size * 4)))
-    return rows, block, warps
+    bytes_per_thread = 32 if target.vendor == "amd" else 64
+    max_threads = 8 * target.warp_size
+    rows = max(1, min(16384 // (block * element_size), 8 * max_threads))
+    threads = max(rows * block * element_size // bytes_per_thread, triton.cdiv(rows, 8))
+    return rows, block, max(1, min(8, threads // target.warp_size))
 
 
 def bonus_tokens(verdict, *, out=None, target: KernelTarget):
