@@ -130,6 +130,16 @@ def _commit_steps_kernel(
 # launch configs
 
 
+def steps_config(target: KernelTarget, batch: int) -> tuple[int, int]:
+    """(BLOCK requests per loop step, num_warps) of ``_commit_steps_kernel``: at least 4 warps, and
+    at most 4 requests per thread (8 per thread, 4 warps at BLOCK 1024, left an 8-byte local frame
+    on sm_90/sm_100: each request carries a dozen int64 values)."""
+    block = min(max(triton.next_power_of_2(max(batch, 1)), 16), STEPS_BLOCK)
+    if target.vendor == "interpreter":
+        return block, 4
+    return block, target.warps(max(4 * target.warp_size, block // 4))
+
+
 def scatter_config(target: KernelTarget, element_size: int, state_numel: int) -> tuple[int, int]:
     """(BLOCK elements, num_warps) of the scatter.
 
@@ -176,7 +186,7 @@ def scatter_mamba_state(*, dst, src, dst_slots, src_steps, src_rows=None, target
     return dst
 
 
-def _steps_launch(verdict, seq_lens, *, track_interval, steps, slots=None, track_slots=None, src_rows=None,
+def _steps_launch(verdict, seq_lens, *, track_interval, steps, target: KernelTarget, slots=None, track_slots=None, src_rows=None,
                   index=None, bytes_moved=None, num_slots=0, num_rows=0, bytes_per_request=0) -> None:
     """Run ``_commit_steps_kernel``; with ``bytes_moved`` also the commit outputs (see the kernel)."""
     accept_index = verdict.accept_index
@@ -184,6 +194,7 @@ def _steps_launch(verdict, seq_lens, *, track_interval, steps, slots=None, track
         accept_index = accept_index.contiguous()
     placeholder = steps  # pointer arguments a variant never reads
     has_track = track_interval is not None
+    block, warps = steps_config(target, verdict.batch_size)
     _commit_steps_kernel[(1,)](
         accept_index, _vector(verdict.accept_lens), _vector(seq_lens),
         placeholder if slots is None else slots,
@@ -193,7 +204,7 @@ def _steps_launch(verdict, seq_lens, *, track_interval, steps, slots=None, track
         verdict.batch_size, accept_index.stride(0), accept_index.shape[1], verdict.num_nodes,
         track_interval if has_track else 1, num_slots, num_rows, bytes_per_request,
         HAS_TRACK=has_track, FOR_COMMIT=bytes_moved is not None, HAS_ROWS=src_rows is not None,
-        BLOCK=min(max(triton.next_power_of_2(verdict.batch_size), 16), STEPS_BLOCK), num_warps=4,
+        BLOCK=block, num_warps=warps,
     )
 
 
@@ -202,7 +213,7 @@ def mamba_commit_steps(verdict, seq_lens, *, track_interval: Optional[int] = Non
     bs = verdict.batch_size
     steps = torch.empty((2, bs), dtype=torch.int32, device=verdict.device)
     if bs:
-        _steps_launch(verdict, seq_lens, track_interval=track_interval, steps=steps)
+        _steps_launch(verdict, seq_lens, track_interval=track_interval, steps=steps, target=target)
     return steps[0], steps[1]
 
 
@@ -221,7 +232,7 @@ def commit_mamba_state(
     track_slots = None if track_slots is None else _vector(track_slots)
     src_rows = None if src_rows is None else _vector(src_rows)
     index = torch.empty((2, 2 * bs), dtype=torch.int32, device=device) if track_slots is not None else None
-    _steps_launch(verdict, seq_lens, track_interval=track_interval, steps=steps, slots=slots, track_slots=track_slots,
+    _steps_launch(verdict, seq_lens, track_interval=track_interval, steps=steps, target=target, slots=slots, track_slots=track_slots,
                   src_rows=src_rows, index=index, bytes_moved=bytes_moved, num_slots=ssm_state.shape[1],
                   num_rows=ssm_intermediate.shape[1], bytes_per_request=commit_bytes_per_request(ssm_state, conv_state))
     if index is None:  # commit set only: the caller's slots and rows, our last_step
@@ -274,8 +285,11 @@ def compile_specs(target: KernelTarget):
                         "batch", "accept_stride", "width", "nodes", "track_interval", "num_slots", "num_rows")})
                     signature.update({"bytes_per_request": "i64", "HAS_TRACK": "constexpr", "FOR_COMMIT": "constexpr",
                                       "HAS_ROWS": "constexpr", "BLOCK": "constexpr"})
-                    constexprs = {"HAS_TRACK": has_track, "FOR_COMMIT": for_commit, "HAS_ROWS": has_rows, "BLOCK": STEPS_BLOCK}
-                    specs.append((_commit_steps_kernel, signature, constexprs, 4))
+                    # the smallest block, the largest at the minimum of 4 warps, the largest
+                    for batch in (1, STEPS_BLOCK // 2, STEPS_BLOCK):
+                        block, warps = steps_config(target, batch)
+                        constexprs = {"HAS_TRACK": has_track, "FOR_COMMIT": for_commit, "HAS_ROWS": has_rows, "BLOCK": block}
+                        specs.append((_commit_steps_kernel, signature, constexprs, warps))
     return specs
 
 
@@ -285,5 +299,6 @@ def describe_launch(target: KernelTarget) -> list[str]:
         block, warps = scatter_config(target, element_size, state_numel)
         lines.append(f"scatter_mamba_state {label}: BLOCK={block}, {triton.cdiv(state_numel, block)} tiles/layer/request, "
                      f"{warps} warps x {target.warp_size} lanes, grid (L x tiles, requests)")
-    lines.append(f"mamba_commit_steps: 1 program, BLOCK<={STEPS_BLOCK}, 4 warps")
+    block, warps = steps_config(target, STEPS_BLOCK)
+    lines.append(f"mamba_commit_steps: 1 program, BLOCK<={STEPS_BLOCK} ({warps} warps at BLOCK {block})")
     return lines
