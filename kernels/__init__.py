@@ -41,11 +41,11 @@ def loaded_mode() -> Optional[str]:
 def kernel_modules() -> list:
     global _loaded_mode
     mode = "interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
-    from .launch import pin_fp_fusion
+    from .launch import install_launchers
 
     modules = [importlib.import_module(name) for name in KERNEL_MODULES]
     for module in modules:
-        pin_fp_fusion(module)
+        install_launchers(module)
     _loaded_mode = _loaded_mode or mode
     return modules
 

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from spec_hal import error_flag
+from spec_hal.device_buffers import allocate_persistent
 from spec_hal.kv import DraftSlots
 
 from .error_flag import ARGUMENT_STEP, record_invalid
@@ -159,7 +160,9 @@ def _offset_table(group: list, device: torch.device) -> torch.Tensor:
         table, staging = offsets, None
     else:
         staging = offsets.pin_memory()
-        table = staging.to(device, non_blocking=True)
+        # Outside any graph pool: under torch.compile(mode="reduce-overhead") the first call runs
+        # in the cudagraph-trees warm-up, whose pool must hold only the graph's outputs.
+        table = allocate_persistent(device, lambda: staging.to(device, non_blocking=True))
     _OFFSET_TABLES[key] = (table, staging)
     if len(_OFFSET_TABLES) > _MAX_TABLES:
         _OFFSET_TABLES.popitem(last=False)

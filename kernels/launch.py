@@ -4,6 +4,10 @@ Per-kernel launch configs live beside each kernel (``kernels/<family>.py``) as s
 :class:`KernelTarget`; the vendor decides the table (AMD runs wave64, so the same thread count is
 half as many warps), the SM/CU count decides how far a small batch is split.
 
+Also here: :func:`install_launchers`, which every kernel module goes through once (FP fusion
+pinned, the fast launcher of ``fast_launch.py`` installed), and host-code ``cdiv`` and
+``next_power_of_2`` (Triton's are ConstexprFunctions, costly per call).
+
 Write launch configs in threads per program and convert with :meth:`KernelTarget.warps`: 256
 threads are 8 warps on NVIDIA and 4 wavefronts on CDNA. A config written in warps silently
 doubles the threads on AMD (and can pass the 1024-thread workgroup limit there).
@@ -26,14 +30,31 @@ VENDORS = ("nvidia", "amd", "interpreter")
 FP_FUSION = False
 
 
-def pin_fp_fusion(module) -> None:
-    """Launch every Triton kernel defined in ``module`` with ``enable_fp_fusion=FP_FUSION``
-    (a launch that passes it explicitly still wins). Called once per kernel module by
-    ``spec_hal.kernels.kernel_modules``; idempotent."""
+def install_launchers(module) -> None:
+    """Launch every Triton kernel defined in ``module`` with ``enable_fp_fusion=FP_FUSION`` (a
+    launch that passes it explicitly still wins), through the fast launcher of
+    ``spec_hal.kernels.fast_launch`` where the installed Triton's launch path was checked (else
+    Triton's own ``run``). Called once per kernel module by ``spec_hal.kernels.kernel_modules``, so
+    the ``kernel[grid](...)`` call sites stay as they are; idempotent."""
+    from .fast_launch import install
+
     for kernel in vars(module).values():
         if hasattr(kernel, "arg_names") and callable(getattr(kernel, "run", None)) and not getattr(kernel, "_fp_fusion_pinned", False):
-            kernel.run = functools.partial(kernel.run, enable_fp_fusion=FP_FUSION)
+            if not install(kernel, {"enable_fp_fusion": FP_FUSION}):
+                kernel.run = functools.partial(kernel.run, enable_fp_fusion=FP_FUSION)
             kernel._fp_fusion_pinned = True
+
+
+def cdiv(numerator: int, denominator: int) -> int:
+    """``triton.cdiv`` for host code. Triton's (3.5 on) is a ConstexprFunction whose every call
+    unwraps its arguments, about 1 µs a call; a launch config calls it several times per op."""
+    return (numerator + denominator - 1) // denominator
+
+
+def next_power_of_2(n: int) -> int:
+    """``triton.next_power_of_2`` for host code (see :func:`cdiv`): the least power of two >= n,
+    0 for n <= 0 as Triton's."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from spec_hal.mamba import MambaCommit, commit_bytes_per_request
 
-from .launch import KernelTarget
+from .launch import KernelTarget, cdiv, next_power_of_2
 
 MAX_GRID_Y = 65535  # CUDA/HIP limit of grid dimension 1: requests per launch
 STEPS_BLOCK = 1024
@@ -134,7 +134,7 @@ def steps_config(target: KernelTarget, batch: int) -> tuple[int, int]:
     """(BLOCK requests per loop step, num_warps) of ``_commit_steps_kernel``: at least 4 warps, and
     at most 4 requests per thread (8 per thread, 4 warps at BLOCK 1024, left an 8-byte local frame
     on sm_90/sm_100: each request carries a dozen int64 values)."""
-    block = min(max(triton.next_power_of_2(max(batch, 1)), 16), STEPS_BLOCK)
+    block = min(max(next_power_of_2(max(batch, 1)), 16), STEPS_BLOCK)
     if target.vendor == "interpreter":
         return block, 4
     return block, target.warps(max(4 * target.warp_size, block // 4))
@@ -147,7 +147,7 @@ def scatter_config(target: KernelTarget, element_size: int, state_numel: int) ->
     thread moves 64 bytes as four 16-byte vectors. The interpreter runs one Python call per
     program, so it takes whole states up to 64 Ki elements.
     """
-    fitted = max(triton.next_power_of_2(max(state_numel, 1)), 16)
+    fitted = max(next_power_of_2(max(state_numel, 1)), 16)
     if target.vendor == "interpreter":
         return min(fitted, 65536), 1
     return min(16384 // element_size, fitted), 256 // target.warp_size
@@ -168,7 +168,7 @@ def _launch_scatter(*, dst, src, dst_slots, src_steps, src_rows, target: KernelT
     if requests == 0 or dst.shape[0] == 0 or state_numel == 0:
         return
     block, warps = scatter_config(target, dst.element_size(), state_numel)
-    tiles = triton.cdiv(state_numel, block)
+    tiles = cdiv(state_numel, block)
     rows = _vector(src_rows) if src_rows is not None else dst_slots  # placeholder pointer, never read
     for first in range(0, requests, MAX_GRID_Y):  # one launch unless there are > 65,535 requests
         _scatter_state_kernel[(dst.shape[0] * tiles, min(requests - first, MAX_GRID_Y))](
@@ -225,9 +225,9 @@ def commit_mamba_state(
     bs = verdict.batch_size
     device = verdict.device
     steps = torch.empty((2, bs), dtype=torch.int32, device=device)
-    bytes_moved = torch.zeros((), dtype=torch.int64, device=device)
+    bytes_moved = torch.empty((), dtype=torch.int64, device=device)  # the steps kernel writes it (no fill launch)
     if bs == 0:
-        return MambaCommit(steps[0], steps[1], bytes_moved)
+        return MambaCommit(steps[0], steps[1], bytes_moved.zero_())
     slots = _vector(slots)
     track_slots = None if track_slots is None else _vector(track_slots)
     src_rows = None if src_rows is None else _vector(src_rows)
@@ -297,7 +297,7 @@ def describe_launch(target: KernelTarget) -> list[str]:
     lines = []
     for label, element_size, state_numel in (("ssm (32,128,128) fp32", 4, 32 * 128 * 128), ("conv (8192,3) bf16", 2, 8192 * 3)):
         block, warps = scatter_config(target, element_size, state_numel)
-        lines.append(f"scatter_mamba_state {label}: BLOCK={block}, {triton.cdiv(state_numel, block)} tiles/layer/request, "
+        lines.append(f"scatter_mamba_state {label}: BLOCK={block}, {cdiv(state_numel, block)} tiles/layer/request, "
                      f"{warps} warps x {target.warp_size} lanes, grid (L x tiles, requests)")
     block, warps = steps_config(target, STEPS_BLOCK)
     lines.append(f"mamba_commit_steps: 1 program, BLOCK<={STEPS_BLOCK} ({warps} warps at BLOCK {block})")

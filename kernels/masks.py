@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import KernelTarget, runtime_specialized
+from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 
 
 @triton.jit
@@ -60,8 +60,8 @@ def _apply_bitmask_kernel(logits_ptr, stride_row, stride_col, vocab, mask_ptr, i
 
 def _block(target: KernelTarget, vocab: int) -> int:
     if target.vendor == "interpreter":
-        return min(max(triton.next_power_of_2(vocab), 32), 65536)
-    return min(1024, max(triton.next_power_of_2(vocab), 128))  # 4 elements per thread at 256 threads
+        return min(max(next_power_of_2(vocab), 32), 65536)
+    return min(1024, max(next_power_of_2(vocab), 128))  # 4 elements per thread at 256 threads
 
 
 def apply_token_bitmask_(logits: torch.Tensor, token_bitmask: torch.Tensor, *, bitmask_index: Optional[torch.Tensor] = None,
@@ -72,7 +72,7 @@ def apply_token_bitmask_(logits: torch.Tensor, token_bitmask: torch.Tensor, *, b
         return logits
     block = _block(target, vocab)
     index = bitmask_index if bitmask_index is not None else token_bitmask  # placeholder, never read
-    _apply_bitmask_kernel[(rows, triton.cdiv(vocab, block))](
+    _apply_bitmask_kernel[(rows, cdiv(vocab, block))](
         logits, logits.stride(0), logits.stride(1), vocab, token_bitmask.contiguous(), index, token_bitmask.shape[0],
         token_bitmask.shape[1], BLOCK=block, HAS_INDEX=bitmask_index is not None, num_warps=target.warps(256))
     return logits
@@ -85,7 +85,7 @@ def compile_specs(target: KernelTarget):
     specs = []
     for rows, vocab in ((64, 151936), (3, 100)):
         block = _block(target, vocab)
-        width = triton.cdiv(vocab, 32)
+        width = cdiv(vocab, 32)
         for logit_type in ("fp32", "bf16", "fp16", "fp64"):
             for index_type, has_index in (("*i32", True), ("*i64", True), ("*i32", False)):
                 signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",

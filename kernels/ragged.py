@@ -5,8 +5,10 @@ runs over the T + bs flat target rows only, so a request with c_b drafts costs c
 max_drafts + 1; then ``_ragged_chain_greedy_kernel`` (grid: request blocks) merges each request's
 tiles at its rows r_b .. r_b + c_b, matches the drafts and writes the padded Verdict.
 
-``verify_chain_sampling_ragged`` has no kernel yet: the Triton backends run its reference on the
-device (a gather into the padded layout, then ``verify_chain_sampling``'s reference).
+``verify_chain_sampling_ragged`` has no kernel of its own: the Triton backends gather the ragged
+batch into the padded layout exactly as the reference does (``padded_chain_sampling_inputs``) and
+run ``verify_chain_sampling``'s kernel on it (the reference would run ``verify_chain_sampling``'s
+pure-PyTorch reference there).
 """
 from __future__ import annotations
 
@@ -16,12 +18,12 @@ import torch
 import triton
 import triton.language as tl
 
-from spec_hal.ragged import chain_layout
+from spec_hal.ragged import chain_layout, padded_chain_sampling_inputs
 from spec_hal.types import Verdict
 
-from .launch import KernelTarget, runtime_specialized
+from .launch import KernelTarget, runtime_specialized, cdiv
 from .masks import mask_row_base, token_allowed
-from .verify import MaskArgs, _merge_argmax, _pow2, _target_source, _verdict_buffers, walk_launch
+from .verify import MaskArgs, _merge_argmax, _pow2, _target_source, _verdict_buffers, verify_chain_sampling, walk_launch
 
 
 @triton.jit
@@ -78,7 +80,7 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
     config = walk_launch(target, bs, nodes)
     warps = _warps(target, config)
     drafts = draft_tokens.contiguous() if total else counts  # an empty tensor may have no address
-    _ragged_chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
+    _ragged_chain_greedy_kernel[(cdiv(bs, config.requests),)](
         drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total + bs, *masks.args,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
@@ -92,7 +94,20 @@ def _warps(target: KernelTarget, config) -> int:
     return config.warps if target.vendor == "interpreter" else max(config.warps, target.warps(128))
 
 
-PROVIDERS = {"verify_chain_ragged": (verify_chain_ragged, "kernels/ragged.py: tile argmax over the flat rows + ragged prefix match")}
+def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor],
+                                 target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor, *, max_drafts: int,
+                                 token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
+                                 out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+    """Triton provider of ``verify_chain_sampling_ragged``: the reference's gather, then the chain sampling kernel."""
+    drafts, q, p, step_coins, index = padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins,
+                                                                   max_drafts=max_drafts, token_bitmask=token_bitmask, bitmask_index=bitmask_index)
+    return verify_chain_sampling(drafts, q, p, step_coins, final_coins, token_bitmask=token_bitmask, bitmask_index=index, out=out,
+                                 target=target)
+
+
+PROVIDERS = {"verify_chain_ragged": (verify_chain_ragged, "kernels/ragged.py: tile argmax over the flat rows + ragged prefix match"),
+             "verify_chain_sampling_ragged": (verify_chain_sampling_ragged,
+                                              "kernels/ragged.py: gather into the padded layout + kernels/verify.py chain sampling")}
 
 
 def compile_specs(target: KernelTarget):

@@ -31,7 +31,7 @@ import spec_hal.sampling as semantics
 from spec_hal.types import DraftTree, Verdict
 
 from . import verify as verify_kernels
-from .launch import KernelTarget, runtime_specialized
+from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 NO_ID = tl.constexpr(2**31 - 1)
@@ -271,14 +271,14 @@ def process_launch(target: KernelTarget, rows: int, vocab: int) -> ProcessLaunch
     """One row per program, 256 threads over a 2048-wide block on a GPU; the interpreter
     vectorises many rows (tensors capped at 2^18 elements to bound its memory)."""
     if target.vendor == "interpreter":
-        block_v = min(max(triton.next_power_of_2(max(vocab, 1)), 16), 4096)
-        block_r = max(1, min(triton.next_power_of_2(max(rows, 1)), 2**18 // block_v))
+        block_v = min(max(next_power_of_2(max(vocab, 1)), 16), 4096)
+        block_r = max(1, min(next_power_of_2(max(rows, 1)), 2**18 // block_v))
         return ProcessLaunch(block_r, block_v, 1)
-    return ProcessLaunch(1, min(2048, max(triton.next_power_of_2(max(vocab, 1)), 128)), target.warps(256))
+    return ProcessLaunch(1, min(2048, max(next_power_of_2(max(vocab, 1)), 128)), target.warps(256))
 
 
 def _pow2(count: int) -> int:
-    return max(triton.next_power_of_2(max(count, 1)), 2)
+    return max(next_power_of_2(max(count, 1)), 2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ def _process_rows(logits: torch.Tensor, params: semantics.RowParams, rows_per_re
     if rows == 0:
         return probs, (lse if want_lse else None)
     config = process_launch(target, rows, vocab)
-    _process_kernel[(triton.cdiv(rows, config.rows),)](
+    _process_kernel[(cdiv(rows, config.rows),)](
         logits, logits.stride(0), logits.stride(1), rows, vocab, max(1, (vocab - 1).bit_length()), rows_per_request,
         params.greedy.to(torch.int8), params.scale, params.top_k, params.top_p, params.min_weight,
         semantics.exp2_table(logits.device), probs, lse,
@@ -310,7 +310,7 @@ def _coins(bs: int, width: int, device, *, seed, offset, generator, coins, final
     accept = torch.empty((bs, width), dtype=torch.float32, device=device)
     final = torch.empty(bs, dtype=torch.float32, device=device)
     block_r = min(_pow2(bs), 1024) if target.vendor == "interpreter" else 128
-    _hash_coins_kernel[(triton.cdiv(bs, block_r),)](seed, offset, accept, final, bs, width, BLOCK_R=block_r, W_PAD=_pow2(width),
+    _hash_coins_kernel[(cdiv(bs, block_r),)](seed, offset, accept, final, bs, width, BLOCK_R=block_r, W_PAD=_pow2(width),
                                                     num_warps=1 if target.vendor == "interpreter" else target.warps(128))
     return accept, final
 

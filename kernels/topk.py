@@ -25,7 +25,7 @@ import triton.language as tl
 
 from spec_hal.topk import MAX_TOPK
 
-from .launch import KernelTarget, runtime_specialized
+from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 from .masks import mask_row_base, token_allowed
 
 # Rank key below every real one (masked lanes, empty slots); the lowest real key, -inf with id
@@ -181,7 +181,7 @@ MASKED_BLOCK = 2048  # widest tile of a masked launch
 
 def _padded(count: int) -> int:
     """Power-of-two extent (at least 2) for a tl.arange over ``count`` items."""
-    return max(triton.next_power_of_2(count), 2)
+    return max(next_power_of_2(count), 2)
 
 
 def launch_config(target: KernelTarget, rows: int, vocab: int) -> TopkLaunch:
@@ -192,10 +192,10 @@ def launch_config(target: KernelTarget, rows: int, vocab: int) -> TopkLaunch:
     interpreter runs one Python loop per program, so it takes the widest tile.
     """
     if target.vendor == "interpreter":
-        return TopkLaunch(block=min(max(triton.next_power_of_2(vocab), 16), 65536), tile_warps=1, merge_warps=1)
+        return TopkLaunch(block=min(max(next_power_of_2(vocab), 16), 65536), tile_warps=1, merge_warps=1)
     warps = target.warps(256)
-    block = 2048 if rows * triton.cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
-    block = min(block, max(triton.next_power_of_2(vocab), 128))
+    block = 2048 if rows * cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
+    block = min(block, max(next_power_of_2(vocab), 128))
     return TopkLaunch(block=block, tile_warps=warps, merge_warps=target.warps(128))
 
 
@@ -219,7 +219,7 @@ def draft_topk(
     config = launch_config(target, rows, vocab)
     if token_bitmask is not None:  # the mask (and map) loads spill at 16 elements per thread (sm_90)
         config = TopkLaunch(block=min(config.block, MASKED_BLOCK), tile_warps=config.tile_warps, merge_warps=config.merge_warps)
-    num_tiles = triton.cdiv(vocab, config.block)
+    num_tiles = cdiv(vocab, config.block)
     if token_map is not None:
         token_map = token_map.contiguous()  # indexed with unit stride (a no-op for the usual map)
     # Scratch comes from torch's caching allocator: no device malloc per call, capture-safe.
@@ -265,8 +265,8 @@ def _tile_signature(logit_type: str, k: int, block: int, vocab: int, has_mask, h
                  "num_masks": "i32", "mask_width": "i32", "K": "constexpr", "BLOCK": "constexpr", "HAS_MASK": "constexpr",
                  "HAS_INDEX": "constexpr", "HAS_MAP": "constexpr"}
     constexprs = {"K": k, "BLOCK": block, "HAS_MASK": has_mask, "HAS_INDEX": has_index, "HAS_MAP": has_map}
-    width = triton.cdiv(vocab, 32) if has_mask else 0
-    values = {"stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_tiles": triton.cdiv(vocab, block),
+    width = cdiv(vocab, 32) if has_mask else 0
+    values = {"stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_tiles": cdiv(vocab, block),
               "num_masks": 64 if has_mask else 0, "mask_width": width}
     return signature, constexprs, values
 
@@ -292,7 +292,7 @@ def compile_specs(target: KernelTarget):
             # Without a token map the placeholder pointer is tile_max (fp32). A masked launch
             # has narrower tiles (MASKED_BLOCK), so more of them to merge.
             for block in sorted({config.block, min(config.block, MASKED_BLOCK)}):
-                tiles = _padded(triton.cdiv(vocab, block))
+                tiles = _padded(cdiv(vocab, block))
                 for map_type, has_map in (("i32", True), ("i64", True), ("fp32", False)):
                     signature = {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
                                  "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
@@ -302,7 +302,7 @@ def compile_specs(target: KernelTarget):
                     specs[("merge", map_type, k, tiles, config.merge_warps)] = (_merge_tiles_kernel, signature, constexprs, config.merge_warps)
                     specs[("merge", map_type, k, tiles, config.merge_warps, vocab)] = runtime_specialized(
                         target, _merge_tiles_kernel, signature, constexprs, config.merge_warps,
-                        values={"num_tiles": triton.cdiv(vocab, block)})
+                        values={"num_tiles": cdiv(vocab, block)})
     return list(specs.values())
 
 
@@ -311,7 +311,7 @@ def describe_launch(target: KernelTarget) -> list[str]:
     for rows, vocab in ((1, 151936), (64, 151936), (256, 32000)):
         config = launch_config(target, rows, vocab)
         lines.append(
-            f"draft_topk bs={rows} V={vocab}: BLOCK={config.block}, {triton.cdiv(vocab, config.block)} tiles/row, "
+            f"draft_topk bs={rows} V={vocab}: BLOCK={config.block}, {cdiv(vocab, config.block)} tiles/row, "
             f"{config.tile_warps} warps x {target.warp_size} lanes, merge {config.merge_warps} warps"
         )
     return lines

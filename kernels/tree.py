@@ -37,7 +37,7 @@ from spec_hal.types import DraftTree
 from spec_hal import error_flag
 
 from .error_flag import ARGUMENT_STEP, record_invalid
-from .launch import KernelTarget
+from .launch import KernelTarget, next_power_of_2
 
 MASK_QLEN, MASK_FULL, MASK_BITPACKED = 0, 1, 2
 _MASK_CODES = {"qlen": MASK_QLEN, "full": MASK_FULL, "bitpacked": MASK_BITPACKED}
@@ -146,7 +146,7 @@ def launch_config(target: KernelTarget, num_nodes: int) -> TreeLaunch:
     wavefronts (1024 lanes at N = 64): with 8 per lane and 2 wavefronts, as on NVIDIA, the N = 32
     and N = 64 tiles spilled (up to ~650 VGPR spills at N = 64), and 8 wavefronts at N = 64 still
     spilled SGPRs (the compile matrix's resource report)."""
-    padded = max(triton.next_power_of_2(num_nodes), 2)
+    padded = max(next_power_of_2(num_nodes), 2)
     if target.vendor == "interpreter":
         return TreeLaunch(padded, 1)
     elements_per_lane, max_lanes = (4, 1024) if target.vendor == "amd" else (8, 128)

@@ -29,6 +29,7 @@ programs.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -39,7 +40,7 @@ import triton.language as tl
 from spec_hal.types import DraftTree, Verdict
 import spec_hal.verify as semantics
 
-from .launch import KernelTarget, runtime_specialized
+from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 from .masks import mask_row_base, token_allowed
 
 # Globals read inside kernels must be constexpr.
@@ -508,7 +509,7 @@ class SamplingLaunch:
 
     @property
     def chunks(self) -> int:
-        return triton.cdiv(self.num_tiles, self.tiles_per_chunk)
+        return cdiv(self.num_tiles, self.tiles_per_chunk)
 
     @property
     def sums_width(self) -> int:
@@ -522,20 +523,22 @@ class SamplingLaunch:
 
 
 def _pow2(count: int) -> int:
-    return max(triton.next_power_of_2(max(count, 1)), 2)
+    return max(next_power_of_2(max(count, 1)), 2)
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of ints: computed once per shape
 def argmax_launch(target: KernelTarget, rows: int, vocab: int) -> ArgmaxLaunch:
     """Tile width of the fused argmax: narrower tiles when the batch is too small to fill every SM.
     NVIDIA: 256 threads per program (8 warps), 16 fp32 per thread. AMD: 512 (8 wave64 warps),
     8 fp32 per lane: at 16 per lane the token_bitmask variants spilled SGPRs (the compile matrix)."""
     if target.vendor == "interpreter":
-        return ArgmaxLaunch(block=min(max(triton.next_power_of_2(vocab), 16), 65536), warps=1)
-    block = 2048 if rows * triton.cdiv(vocab, 4096) < 4 * target.multiprocessors else 4096
+        return ArgmaxLaunch(block=min(max(next_power_of_2(vocab), 16), 65536), warps=1)
+    block = 2048 if rows * cdiv(vocab, 4096) < 4 * target.multiprocessors else 4096
     threads = 512 if target.vendor == "amd" else 256
-    return ArgmaxLaunch(block=min(block, max(triton.next_power_of_2(vocab), 128)), warps=target.warps(threads))
+    return ArgmaxLaunch(block=min(block, max(next_power_of_2(vocab), 128)), warps=target.warps(threads))
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of ints: computed once per shape
 def walk_launch(target: KernelTarget, bs: int, nodes: int) -> WalkLaunch:
     """One request per program and one warp (wave64 on AMD) on a GPU: the walk is a chain of
     dependent scalar loads. The interpreter batches thousands of requests per program so that
@@ -545,6 +548,7 @@ def walk_launch(target: KernelTarget, bs: int, nodes: int) -> WalkLaunch:
     return WalkLaunch(requests=1, warps=1)
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of ints: computed once per shape
 def chain_launch(target: KernelTarget, bs: int, width: int, tiles: int) -> WalkLaunch:
     """The chain prefix match holds a (width, tiles) matrix of tile maxima: about 8 per thread,
     up to 256 threads on NVIDIA; on AMD about 4 per lane, up to 512 lanes (8 per lane and 256
@@ -557,6 +561,7 @@ def chain_launch(target: KernelTarget, bs: int, width: int, tiles: int) -> WalkL
     return WalkLaunch(requests=walk.requests, warps=target.warps(threads))
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of ints: computed once per shape
 def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> SamplingLaunch:
     """128 threads per program on NVIDIA (4 warps: the walk's per-step reductions stay short), 256
     on AMD (4 wave64 warps); the vocabulary is split into chunks until the grid has about two programs per
@@ -565,21 +570,21 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
     every tensor under its 2^20-element cap."""
     if target.vendor == "interpreter":
         sub = 16
-        tile_v = max(sub, triton.next_power_of_2(triton.cdiv(max(vocab, 1), 2)))
-        num_tiles = triton.cdiv(max(vocab, 1), tile_v)
+        tile_v = max(sub, next_power_of_2(cdiv(max(vocab, 1), 2)))
+        num_tiles = cdiv(max(vocab, 1), tile_v)
         sums_pad = max(_pow2(num_tiles * tile_v // sub), sub)
         cap = 2**19
         requests = min(_pow2(bs), 32768 // _pow2(nodes), cap // sums_pad, cap // tile_v, cap // (tile_v // sub * _pow2(nodes)))
         return SamplingLaunch(requests=max(requests, 1), warps=1, tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                              tiles_per_chunk=triton.cdiv(num_tiles, 2))
+                              tiles_per_chunk=cdiv(num_tiles, 2))
     sub = 128
     programs = 2 * target.multiprocessors
-    tile_v = min(2048, max(triton.next_power_of_2(max(vocab, 1)), sub))  # 16 fp32 per thread
-    num_tiles = triton.cdiv(max(vocab, 1), tile_v)
-    chunks = max(1, min(num_tiles, triton.cdiv(programs, max(bs, 1))))
+    tile_v = min(2048, max(next_power_of_2(max(vocab, 1)), sub))  # 16 fp32 per thread
+    num_tiles = cdiv(max(vocab, 1), tile_v)
+    chunks = max(1, min(num_tiles, cdiv(programs, max(bs, 1))))
     threads = 256 if target.vendor == "amd" else 128  # AMD: 16 strided loads a thread spill at 128
     return SamplingLaunch(requests=1, warps=target.warps(threads), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                          tiles_per_chunk=triton.cdiv(num_tiles, chunks))
+                          tiles_per_chunk=cdiv(num_tiles, chunks))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -587,10 +592,7 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
 
 
 def _verdict_buffers(bs: int, nodes: int, width: int, device, out: Optional[Verdict]) -> Verdict:
-    if out is not None:
-        return out
-    return Verdict(torch.empty(bs * nodes, dtype=torch.int32, device=device), torch.empty((bs, width), dtype=torch.int32, device=device),
-                   torch.empty(bs, dtype=torch.int32, device=device), torch.empty(bs, dtype=torch.int32, device=device))
+    return out if out is not None else semantics.verdict_buffers(bs, nodes, width, device)
 
 
 @dataclass(frozen=True)
@@ -626,7 +628,7 @@ def _argmax_tiles(logits: torch.Tensor, target: KernelTarget, masks: Optional[Ma
     """Launch the tile argmax over (rows, V) logits; returns (tile_max, tile_id, num_tiles)."""
     rows, vocab = logits.shape
     config = argmax_launch(target, rows, vocab)
-    num_tiles = triton.cdiv(vocab, config.block)
+    num_tiles = cdiv(vocab, config.block)
     tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=logits.device)
     tile_id = torch.empty((rows, num_tiles), dtype=torch.int32, device=logits.device)
     masks = masks or MaskArgs.of(None, None, tile_max)
@@ -672,7 +674,7 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = walk_launch(target, bs, nodes)
-    _greedy_walk_kernel[(triton.cdiv(bs, config.requests),)](
+    _greedy_walk_kernel[(cdiv(bs, config.requests),)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), ids, tile_max, tile_id, num_tiles,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, *masks.args,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits,
@@ -695,7 +697,7 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
     config = sampling_launch(target, bs, nodes, vocab)
     sums, counters = _final_token_scratch(bs, config, candidates.device)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
-    _sampling_walk_kernel[(triton.cdiv(bs, config.requests), config.chunks)](
+    _sampling_walk_kernel[(cdiv(bs, config.requests), config.chunks)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
         target_probs, stride_b, stride_n, stride_v, coins.contiguous(), final_coins.contiguous(), float(threshold_single), float(threshold_acc),
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, vocab,
@@ -718,7 +720,7 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, toke
     masks = MaskArgs.of(token_bitmask, bitmask_index, out[0])
     ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = chain_launch(target, bs, width, num_tiles)
-    _chain_greedy_kernel[(triton.cdiv(bs, config.requests),)](
+    _chain_greedy_kernel[(cdiv(bs, config.requests),)](
         candidates.contiguous(), ids, tile_max, tile_id, num_tiles, out[0], out[1], bs, width, *masks.args,
         BLOCK_R=config.requests, B_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
         num_warps=config.warps,
@@ -742,7 +744,7 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
     config = sampling_launch(target, bs, nodes, vocab)
     sums, counters = _final_token_scratch(bs, config, draft_ids.device)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
-    _chain_sampling_kernel[(triton.cdiv(bs, config.requests), config.chunks)](
+    _chain_sampling_kernel[(cdiv(bs, config.requests), config.chunks)](
         draft_ids.contiguous(), draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
         sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args,
@@ -799,7 +801,7 @@ def compile_specs(target: KernelTarget):
     for bs, nodes, vocab, steps in _SHAPES:
         masked = (bs, nodes) == (64, 8)  # the token_bitmask variants at one production shape
         argmax = argmax_launch(target, bs * nodes, vocab)
-        num_tiles = triton.cdiv(vocab, argmax.block)
+        num_tiles = cdiv(vocab, argmax.block)
         for logit_type in _LOGIT_TYPES:
             add(_argmax_tile_kernel,
                 {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
@@ -852,7 +854,7 @@ def describe_launch(target: KernelTarget) -> list[str]:
         argmax = argmax_launch(target, bs * nodes, vocab)
         walk = walk_launch(target, bs, nodes)
         sampling = sampling_launch(target, bs, nodes, vocab)
-        lines.append(f"verify bs={bs} N={nodes} V={vocab}: argmax BLOCK={argmax.block} x {triton.cdiv(vocab, argmax.block)} tiles/row, "
+        lines.append(f"verify bs={bs} N={nodes} V={vocab}: argmax BLOCK={argmax.block} x {cdiv(vocab, argmax.block)} tiles/row, "
                      f"{argmax.warps} warps; walk {walk.requests} req/program, {walk.warps} warps; sampling {sampling.chunks} chunks x "
                      f"{sampling.tiles_per_chunk} tiles of {sampling.tile_v} (blocks of {sampling.sub}), {sampling.warps} warps x "
                      f"{target.warp_size} lanes")

@@ -25,23 +25,6 @@ def _build(peers: str):
     return torch.ops.sgl_peer_eagle, torch.ops.sgl_peer_sampling
 
 
-def _inputs(bs, nodes, steps, vocab, device):
-    from spec_hal.conformance.trees import random_tree, tree_to
-
-    tree, candidates = random_tree(bs, nodes, steps, seed=bs + nodes, vocab=vocab)
-    tree, candidates = tree_to(tree, device), candidates.to(device)
-    generator = torch.Generator(device=device).manual_seed(0)
-    first_child = candidates.gather(1, tree.retrieve_next_token.clamp(min=0))
-    random_ids = torch.randint(0, vocab, (bs, nodes), device=device, generator=generator)
-    target_predict = torch.where(torch.rand(bs, nodes, device=device, generator=generator) < 0.5, first_child, random_ids)
-    logits = torch.randn(bs, nodes, vocab, device=device, generator=generator)
-    logits.scatter_add_(2, first_child[:, :, None], torch.full((bs, nodes, 1), 4.0, device=device))
-    target_probs = torch.softmax(logits, dim=-1)
-    coins = torch.rand(bs, nodes, device=device, generator=generator)
-    final_coins = torch.rand(bs, device=device, generator=generator)
-    return tree, candidates, target_predict, target_probs, coins, final_coins
-
-
 def _buffers(bs, nodes, steps, device):
     return (torch.full((bs * nodes,), -1, dtype=torch.int32, device=device), torch.full((bs, steps + 1), -1, dtype=torch.int32, device=device),
             torch.zeros(bs, dtype=torch.int32, device=device))
@@ -59,6 +42,7 @@ def _agree(ours, theirs, bs):
 
 def main(argv=None) -> int:
     from spec_hal.bench import harness
+    from spec_hal.bench.examples import tree_verify_inputs
     from spec_hal.compat import sgl_kernel
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -71,7 +55,7 @@ def main(argv=None) -> int:
     for vocab in (32000, 128256):
         for bs in (1, 64, 256):
             for nodes, steps in ((4, 3), (8, 5)):
-                tree, candidates, target_predict, target_probs, coins, final_coins = _inputs(bs, nodes, steps, vocab, device)
+                tree, candidates, _, target_predict, target_probs, coins, final_coins = tree_verify_inputs(bs, nodes, steps, vocab, device)
                 links = (tree.retrieve_index, tree.retrieve_next_token, tree.retrieve_next_sibling)
                 ours, theirs = _buffers(bs, nodes, steps, device), _buffers(bs, nodes, steps, device)
 

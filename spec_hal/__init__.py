@@ -80,6 +80,8 @@ _LAZY = {
     "tree_paths": ("spec_hal.tree", "tree_paths"),
     "tree_parents": ("spec_hal.tree", "tree_parents"),
     "pack_bitmask": ("spec_hal.masks", "pack_bitmask"),
+    "token_map_from_offsets": ("spec_hal.topk", "token_map_from_offsets"),
+    "reverse_token_map": ("spec_hal.topk", "reverse_token_map"),
 }
 
 __all__ = [

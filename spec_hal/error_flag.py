@@ -16,9 +16,11 @@ docs/reliability.md lists them) and records what it met in a per-device flag:
   anyway), clears it and raises :class:`~spec_hal.errors.InvalidInput` naming the argument, the
   op and the index. In checked mode (``SPEC_HAL_CHECKS=1``) :func:`record` raises at once.
 
-Graph capture: the flag is allocated on first use. Make that first use happen before capture
-(an eager warm-up call, as ``GraphRunner`` does, or ``flag(device)``), so that the buffer does
-not come from the graph's private pool; captured kernels then update it on every replay.
+Graph capture: the flag is allocated on first use, outside any graph pool
+(:func:`spec_hal.device_buffers.allocate_persistent`: a first use inside torch.compile's
+cudagraph-trees warm-up is fine). Inside a stream capture itself make the first use happen
+before (an eager warm-up call, as ``GraphRunner`` does, or ``flag(device)``); captured kernels
+then update the same buffer on every replay.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from typing import Optional
 
 import torch
 
+from .device_buffers import allocate_persistent
 from .errors import InvalidInput
 
 NO_ERROR = 2**63 - 1
@@ -71,7 +74,7 @@ def flag(device: "torch.device | str") -> torch.Tensor:
     key = str(device)
     with _lock:
         if key not in _flags:
-            _flags[key] = torch.full((1,), NO_ERROR, dtype=torch.int64, device=device)
+            _flags[key] = allocate_persistent(device, lambda: torch.full((1,), NO_ERROR, dtype=torch.int64, device=device))
         return _flags[key]
 
 

@@ -188,6 +188,17 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
         token_bitmask, bitmask_index: optional vocabulary mask per target row.
         out: optional Verdict of contiguous int32 buffers (N = max_drafts + 1).
     """
+    drafts, q, p, step_coins, index = padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins,
+                                                                   max_drafts=max_drafts, token_bitmask=token_bitmask, bitmask_index=bitmask_index)
+    return verify_chain_sampling(drafts, q, p, step_coins, final_coins, token_bitmask=token_bitmask, bitmask_index=index, out=out)
+
+
+def padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, *, max_drafts: int,
+                                 token_bitmask=None, bitmask_index=None) -> tuple:
+    """The gather of ``verify_chain_sampling_ragged`` into ``verify_chain_sampling``'s padded layout
+    (S = max_drafts), shared by the reference and the Triton backends: (drafts (bs, S) int64 -1
+    padded, q (bs, S, V) or None, p (bs, S+1, V), coins (bs, S), mask index of the padded rows
+    (bs*(S+1),) int64 or None)."""
     total, bs = draft_tokens.shape[0], num_draft_tokens.shape[0]
     rows, draft_index = padded_rows(num_draft_tokens, max_drafts, total + bs)
     drafts = _gather_rows(draft_tokens.to(torch.int64), draft_index, -1)
@@ -198,4 +209,4 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
     if token_bitmask is not None:  # padded row -> the flat row's mask row; padding unconstrained
         flat_index = bitmask_index.to(torch.int64) if bitmask_index is not None else torch.arange(total + bs, device=rows.device)
         index = _gather_rows(flat_index, rows, -1).reshape(-1)
-    return verify_chain_sampling(drafts, q, p, step_coins, final_coins, token_bitmask=token_bitmask, bitmask_index=index, out=out)
+    return drafts, q, p, step_coins, index

@@ -80,6 +80,7 @@ from typing import NamedTuple, Optional, Union
 import torch
 
 from . import checks, verify
+from .device_buffers import allocate_persistent
 from .registry import register_op
 from .topk import sanitize_logits
 from .types import DraftTree, Verdict
@@ -129,7 +130,8 @@ def _exp2_table_on(device: str) -> torch.Tensor:
     # From pinned memory with non_blocking: a pageable host-to-device copy synchronises the host
     # (the conformance suite's no-sync guard caught it on the H100). The pinned source is kept
     # alive by _pinned_exp2_table's cache until the copy is done.
-    return _pinned_exp2_table().to(device, non_blocking=True)
+    target = torch.device(device)
+    return allocate_persistent(target, lambda: _pinned_exp2_table().to(target, non_blocking=True))
 
 
 @functools.lru_cache(maxsize=None)

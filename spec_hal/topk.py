@@ -10,8 +10,11 @@ Semantics (identical on every backend; integers bit-exact):
   accumulated in float32. For k = 1 this is ``1 / sum exp(x - max)``, the exact top-1
   probability (never a hard-coded 1.0: upstream bug 3). A row whose max is -inf (all -inf/NaN)
   has probabilities 0 and ids 0..k-1.
-* ``token_map`` (V,) maps draft-vocabulary ids to target ids (EAGLE-3 d2t, hot-token maps);
-  it is applied after ranking.
+* ``token_map`` (V,) maps draft-vocabulary ids to target ids (hot-token maps); it is applied
+  after ranking. EAGLE-3 checkpoints store offsets instead (``d2t``: target id = draft id +
+  ``d2t[draft id]``): ``token_map_from_offsets(d2t)`` converts them once at load time, and
+  ``run_draft(..., token_map=d2t, token_map_offsets=True)`` takes them as they are.
+  ``reverse_token_map`` gives the target-to-draft map (-1 where a target id has no draft id).
 * ``token_bitmask`` (spec_hal/masks.py; rows of ``logits`` through ``bitmask_index``): masked
   tokens rank below every allowed token (NaN and -inf included) and have probability 0; the
   softmax normaliser and the row max run over allowed tokens only. A row with fewer than k
@@ -117,3 +120,83 @@ def _allowed_draft_ids(token_bitmask, bitmask_index, token_map, rows: int, vocab
         tokens = token_map.to(torch.int64)
     row_ids = torch.arange(rows, dtype=torch.int64, device=device)[:, None]
     return token_allowed(token_bitmask, bitmask_index, row_ids, tokens[None, :], rows=rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token maps: EAGLE-3 offsets and the reverse map (load-time helpers, not ops: they read values)
+
+
+def check_token_map(name: str, token_map, *, device=None) -> None:
+    """Metadata of a draft-to-target map (absolute ids or offsets): (V_draft,) int32/int64."""
+    checks.tensor(name, token_map, ndim=1, dtypes=checks.INDEX_DTYPES, device=device)
+
+
+def absolute_token_ids(token_map: torch.Tensor, *, offsets: bool) -> torch.Tensor:
+    """(V_draft,) int64 target id of each draft id, without reading values (capture-safe):
+    ``token_map`` itself, or ``arange(V_draft) + token_map`` for EAGLE-3 offsets."""
+    ids = token_map.to(torch.int64)
+    if offsets:
+        ids = ids + torch.arange(ids.shape[0], dtype=torch.int64, device=ids.device)
+    return ids
+
+
+def check_token_map_values(name: str, ids: torch.Tensor, *, target_vocab: Optional[int], what: str) -> None:
+    """Every mapped id in [0, target_vocab) (or >= 0 without a vocabulary size); a host sync."""
+    bad = ids < 0 if target_vocab is None else (ids < 0) | (ids >= target_vocab)
+    if bool(bad.any()):
+        index = int(bad.nonzero()[0, 0])
+        bounds = ">= 0" if target_vocab is None else f"[0, target_vocab = {target_vocab})"
+        raise checks.InvalidInput(name, f"{what} in {bounds}", f"draft id {index} maps to {int(ids[index])}")
+
+
+def token_map_from_offsets(d2t: torch.Tensor, *, target_vocab: Optional[int] = None) -> torch.Tensor:
+    """The absolute draft-to-target map of an EAGLE-3 ``d2t`` offset table.
+
+    Args:
+        d2t: (V_draft,) int32/int64 offsets: target id of draft id i = ``i + d2t[i]``.
+        target_vocab: the target vocabulary size; every target id must lie in [0, target_vocab)
+            (without it: >= 0).
+
+    Returns:
+        (V_draft,) int64 ``token_map`` for ``draft_topk``. Reads values (a host sync): call it
+        once when loading the draft, not inside a captured graph. Bad entries raise
+        ``InvalidInput("d2t")``.
+    """
+    check_token_map("d2t", d2t)
+    _check_vocab(target_vocab)
+    ids = absolute_token_ids(d2t, offsets=True)
+    check_token_map_values("d2t", ids, target_vocab=target_vocab, what="i + d2t[i]")
+    return ids
+
+
+def reverse_token_map(token_map: torch.Tensor, *, target_vocab: int, offsets: bool = False) -> torch.Tensor:
+    """The target-to-draft map of a draft-to-target map (EAGLE-3 ``t2d`` as indices).
+
+    Args:
+        token_map: (V_draft,) int32/int64 draft-to-target map: absolute target ids, or EAGLE-3
+            offsets when ``offsets`` (target id = i + token_map[i]). Target ids must be distinct
+            and in [0, target_vocab).
+        target_vocab: the target vocabulary size.
+
+    Returns:
+        (target_vocab,) int64: the draft id of each target id, -1 where none maps to it. Reads
+        values (a host sync): a load-time helper. Bad maps raise ``InvalidInput("token_map")``.
+    """
+    check_token_map("token_map", token_map)
+    _check_vocab(target_vocab, required=True)
+    ids = absolute_token_ids(token_map, offsets=offsets)
+    check_token_map_values("token_map", ids, target_vocab=target_vocab, what="target ids")
+    counts = torch.bincount(ids, minlength=target_vocab)
+    if bool((counts > 1).any()):
+        target = int((counts > 1).nonzero()[0, 0])
+        raise checks.InvalidInput("token_map", "distinct target ids (one draft id per target id)",
+                                  f"target id {target} is the image of {int(counts[target])} draft ids")
+    reverse = torch.full((target_vocab,), -1, dtype=torch.int64, device=ids.device)
+    reverse[ids] = torch.arange(ids.shape[0], dtype=torch.int64, device=ids.device)
+    return reverse
+
+
+def _check_vocab(target_vocab, *, required: bool = False) -> None:
+    if target_vocab is None and not required:
+        return
+    checks.integer("target_vocab", target_vocab, low=1)

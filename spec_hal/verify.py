@@ -312,10 +312,21 @@ def _allowed_at(token_bitmask, bitmask_index, rows: int, row_ids: torch.Tensor, 
 # ops
 
 
+def verdict_buffers(bs: int, nodes: int, width: int, device) -> Verdict:
+    """A Verdict of empty int32 buffers for bs requests of N nodes and accept width S+1."""
+    return Verdict(torch.empty((bs * nodes,), dtype=torch.int32, device=device), torch.empty((bs, width), dtype=torch.int32, device=device),
+                   torch.empty((bs,), dtype=torch.int32, device=device), torch.empty((bs,), dtype=torch.int32, device=device))
+
+
+def verdict_into(predict: torch.Tensor, accept_index: torch.Tensor, num_correct: torch.Tensor) -> Verdict:
+    """An ``out=`` Verdict over a caller's three int32 buffers (sgl-kernel's predicts, accept_index,
+    accept_token_num), with a scratch accept_lens."""
+    return Verdict(predict, accept_index, num_correct, torch.empty_like(num_correct))
+
+
 def fake_verdict(like: torch.Tensor, bs, nodes, width) -> Verdict:
     """A Verdict of empty int32 tensors shaped for bs requests of N nodes and accept width S+1."""
-    return Verdict(like.new_empty((bs * nodes,), dtype=torch.int32), like.new_empty((bs, width), dtype=torch.int32),
-                   like.new_empty((bs,), dtype=torch.int32), like.new_empty((bs,), dtype=torch.int32))
+    return verdict_buffers(bs, nodes, width, like.device)
 
 
 def fake_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> Verdict:

@@ -56,3 +56,17 @@ def test_host_and_coldstart_tables_cover_every_op(quick_run):
 
 def test_bench_rejects_an_unknown_backend(capsys):
     assert main(["bench", "--backend", "no-such-backend", "--sizes", "quick", "--quiet"]) == 3
+
+
+def test_masks_suite_covers_masked_verification_and_ragged_chains(tmp_path):
+    """The masks suite (issue #14): masked vs unmasked rows per op, and every ragged chain op
+    (greedy, sampling with and without draft probabilities) against its padded op."""
+    json_path = tmp_path / "masks.json"
+    assert main(["bench", "--backend", "cpu", "--sizes", "quick", "--only", "masks", "--quiet", "--json", str(json_path)]) == 0
+    masks, ragged = json.loads(json_path.read_text())["tables"]
+    assert {row["op"] for row in masks["rows"]} >= {"verify_greedy(logits)", "verify_sampling", "verify_chain(logits)", "draft_topk(k=4)"}
+    assert all(row["plain_us"] is not None and row["masked_us"] is not None for row in masks["rows"])
+    assert {row["op"] for row in ragged["rows"]} == {"verify_chain_ragged (logits)", "verify_chain_sampling_ragged",
+                                                     "verify_chain_sampling_ragged (draft_probs=None)"}
+    assert all(row["ragged_us"] is not None and row["padded_us"] is not None for row in ragged["rows"])
+    assert all(row["padded_drafts"] >= row["drafts"] for row in ragged["rows"])

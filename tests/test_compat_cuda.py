@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from spec_hal import tree as tree_reference
+from spec_hal.bench.examples import draft_tree_records
 from spec_hal.compat import flashinfer, sgl_kernel, vllm
 from spec_hal.conformance.trees import random_tree
 
@@ -45,14 +45,7 @@ def test_verify_drop_ins_equal_cpu(bs, nodes, steps):
 @pytest.mark.parametrize("mode", [0, 1, 2])
 def test_build_tree_drop_in_equals_cpu(mode):
     bs, topk, steps, nodes = 5, 4, 3, 16
-    generator = torch.Generator().manual_seed(1)
-    expansion = tree_reference.expand_tree(0, None, torch.rand(bs, topk, generator=generator), torch.randint(0, 9, (bs, topk), generator=generator))
-    records = [expansion.record]
-    for step in range(1, steps):
-        expansion = tree_reference.expand_tree(step, expansion.scores, torch.rand(bs * topk, topk, generator=generator),
-                                               torch.randint(0, 9, (bs * topk, topk), generator=generator))
-        records.append(expansion.record)
-    parents, selected, _ = tree_reference.organize_draft(records, nodes)
+    parents, selected, _ = draft_tree_records(bs, topk, steps, nodes, seed=1, vocab=9)
     seq_lens = torch.arange(10, 10 + bs)
     size = {0: nodes * int(seq_lens.sum()) + bs * nodes * nodes, 1: bs * nodes * nodes, 2: bs * nodes * 2}[mode]
     mask = torch.zeros(size, dtype=torch.uint8 if mode == 2 else torch.bool)

@@ -60,6 +60,25 @@ def test_chain_speculative_sampling_matches_native_reference(lane, bs, steps, vo
     assert accepted.tolist() == (uniform[:, :steps] * q < p).sum(1).tolist()
 
 
+def test_chain_accepted_count_is_the_native_step_decision_on_dirty_inputs(lane):
+    """The accepted count (each draft tested on its own) equals the sum of the native op's decision
+    for every step run as a one-draft chain, with NaN, negative and > 1 probabilities, coins out of
+    [0, 1) and ids outside the vocabulary."""
+    bs, steps, vocab = 5, 4, 6
+    generator = torch.Generator().manual_seed(3)
+    draft_probs = torch.rand(bs, steps, vocab, generator=generator) * 1.4 - 0.2
+    target_probs = torch.rand(bs, steps + 1, vocab, generator=generator) * 1.4 - 0.2
+    draft_probs[0, 0], target_probs[1, 1], draft_probs[2, 3, :] = float("nan"), float("nan"), 0.0
+    draft_ids = torch.randint(-1, vocab + 1, (bs, steps), generator=generator, dtype=torch.int32)
+    uniform = torch.rand(bs, steps + 1, generator=generator) * 1.2 - 0.1
+    uniform[3, 0] = float("nan")
+    _, accepted, _ = flashinfer.chain_speculative_sampling(draft_probs, draft_ids, target_probs, uniform_samples=uniform)
+    expected = sum(verify_reference.verify_chain_sampling(draft_ids[:, s:s + 1], draft_probs[:, s:s + 1], target_probs[:, s:s + 2],
+                                                          uniform[:, s:s + 1].contiguous(), uniform[:, steps].contiguous()).num_correct
+                   for s in range(steps))
+    assert accepted.tolist() == expected.tolist()
+
+
 def test_chain_speculative_sampling_names_bad_arguments(lane):
     with pytest.raises(InvalidInput, match="^target_probs"):
         flashinfer.chain_speculative_sampling(torch.rand(1, 2, 4), torch.zeros(1, 2, dtype=torch.int64), torch.rand(1, 2, 4))

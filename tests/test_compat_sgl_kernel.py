@@ -8,6 +8,8 @@ The build_tree case is worked by hand from sgl-kernel/csrc/speculative/eagle_uti
 examples (sgl-kernel's renorm kernels are FlashInfer's). Differential cases compare with the
 spec_hal reference ops (the oracle), never with the wrapper itself.
 """
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -278,6 +280,79 @@ def test_top_k_renorm_keeps_ties_and_handles_empty_batches(lane):
 # ---------------------------------------------------------------------------------------------
 # Mamba state scatter (SGLang's fused_mamba_state_scatter_with_mask, documented in
 # sglang/srt/layers/attention/mamba/mamba_state_scatter_triton.py: valid iff step >= 0)
+
+
+# sgl-kernel's samplers (sgl-kernel/python/sgl_kernel/sampling.py at sgl-project/sglang 1c86442).
+SAMPLER_PARAMETERS = {
+    "top_p_sampling_from_probs": ["probs", "top_p", "indices", "deterministic", "generator", "check_nan"],
+    "top_k_top_p_sampling_from_probs": ["probs", "top_k", "top_p", "indices", "filter_apply_order", "deterministic", "generator", "check_nan"],
+    "min_p_sampling_from_probs": ["probs", "min_p", "indices", "deterministic", "generator", "check_nan"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLER_PARAMETERS))
+def test_samplers_take_sgl_kernel_arguments_in_order(name):
+    parameters = list(inspect.signature(getattr(sgl_kernel, name)).parameters)
+    assert parameters[:len(SAMPLER_PARAMETERS[name])] == SAMPLER_PARAMETERS[name]
+
+
+def _sampler_case():
+    """sgl-kernel's test_sampling.py setup, smaller: softmax(randn) rows, per-row thresholds."""
+    generator = torch.Generator().manual_seed(42)
+    probs = torch.softmax(torch.randn(6, 40, generator=generator) * 2, dim=-1)
+    return probs, torch.tensor([0.3, 0.5, 0.9, 0.1, 1.0, 0.7]), torch.tensor([1, 3, 5, 10, 40, 2])
+
+
+def _expected_samples(filtered: torch.Tensor, seed: int) -> torch.Tensor:
+    """The native reference's exact inverse-CDF sample of each filtered row with the coins the
+    sampler draws from a generator seeded ``seed`` (one float32 uniform per row)."""
+    coins = torch.rand(filtered.shape[0], generator=torch.Generator().manual_seed(seed))
+    rows = filtered[:, None, :]
+    return verify_reference.verify_chain_sampling(torch.zeros(rows.shape[0], 0, dtype=torch.int64), rows[:, :0], rows,
+                                                  torch.zeros(rows.shape[0], 0), coins).predict
+
+
+def test_min_p_sampling_stays_in_the_min_p_set_and_matches_native(lane):
+    """sgl-kernel test_min_p_sampling: samples satisfy probs >= min_p * max(row); differential: the
+    native reference sampling the renormalised kept set with the same coins."""
+    probs, min_p, _ = _sampler_case()
+    kept = probs >= min_p[:, None] * probs.amax(dim=1, keepdim=True)
+    for seed in range(5):
+        samples = sgl_kernel.min_p_sampling_from_probs(probs, min_p, generator=torch.Generator().manual_seed(seed))
+        assert samples.dtype == torch.int32
+        assert kept.gather(1, samples.long()[:, None]).all()
+        filtered = torch.where(kept, probs, 0.0)
+        assert samples.tolist() == _expected_samples(filtered / filtered.sum(1, keepdim=True), seed).tolist()
+
+
+@pytest.mark.parametrize("order", ["top_k_first", "joint"])
+def test_top_k_top_p_sampling_stays_in_the_filtered_set(lane, order):
+    """sgl-kernel test_top_k_top_p_joint_sampling_from_probs: every sample is in the top-k set and
+    in the top-p nucleus (of the original row for "joint", of the top-k renormalised row for
+    "top_k_first"); differential: the native reference on the filtered row with the same coins."""
+    probs, top_p, top_k = _sampler_case()
+    by_k = sgl_kernel.top_k_renorm_probs(probs, top_k)
+    nucleus = sgl_kernel.top_p_renorm_probs(by_k if order == "top_k_first" else probs, top_p) > 0
+    kept = (by_k > 0) & nucleus
+    for seed in range(5):
+        samples = sgl_kernel.top_k_top_p_sampling_from_probs(probs, top_k, top_p, filter_apply_order=order,
+                                                              generator=torch.Generator().manual_seed(seed))
+        assert kept.gather(1, samples.long()[:, None]).all()
+        filtered = torch.where(kept, probs, 0.0)
+        assert samples.tolist() == _expected_samples(filtered / filtered.sum(1, keepdim=True), seed).tolist()
+    with pytest.raises(InvalidInput, match="^filter_apply_order"):
+        sgl_kernel.top_k_top_p_sampling_from_probs(probs, top_k, top_p, filter_apply_order="top_p_first")
+
+
+def test_top_p_sampling_with_indices_maps_outputs_to_rows(lane):
+    """indices[i] = j samples output i from row j (sgl-kernel's docstring); output dtype int32."""
+    probs, top_p, _ = _sampler_case()
+    one_hot = torch.eye(40)[[3, 17, 29]]
+    samples = sgl_kernel.top_p_sampling_from_probs(one_hot, 0.9, torch.tensor([2, 0, 0, 1], dtype=torch.int32))
+    assert samples.tolist() == [29, 3, 3, 17]
+    nucleus = sgl_kernel.top_p_renorm_probs(probs, top_p) > 0
+    samples = sgl_kernel.top_p_sampling_from_probs(probs, top_p, generator=torch.Generator().manual_seed(7))
+    assert samples.dtype == torch.int32 and nucleus.gather(1, samples.long()[:, None]).all()
 
 
 def test_fused_mamba_state_scatter_with_mask(lane):

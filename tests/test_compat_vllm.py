@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from compat_lanes import lane, run_interpreter_lane  # noqa: F401
+from spec_hal import ragged as ragged_reference
 from spec_hal import verify as verify_reference
 from spec_hal.compat.vllm import GREEDY_TEMPERATURE, PLACEHOLDER_TOKEN_ID, rejection_sample
 from spec_hal.errors import InvalidInput
@@ -141,3 +142,47 @@ def test_empty_batch_and_bad_arguments(lane):
     with pytest.raises(InvalidInput, match="^max_spec_len"):
         rejection_sample(torch.zeros(3, dtype=torch.int32), [3], 2, torch.tensor([3]), None, torch.zeros(3, 5),
                          torch.zeros(1, 1, dtype=torch.int64), metadata(all_greedy=True))
+
+
+def ragged_target(rows_per_draft, counts, bonus_rows):
+    """vLLM's T target rows in the native ragged layout (T + bs rows): each request's rows, then its bonus row."""
+    pieces, start = [], 0
+    for request, count in enumerate(counts):
+        pieces += [rows_per_draft[start:start + count], bonus_rows[request:request + 1]]
+        start += count
+    return torch.cat(pieces)
+
+
+@pytest.mark.parametrize("counts", [[3, 0, 1, 2, 3], [2, 2]])
+def test_greedy_equals_native_ragged_op(lane, counts):
+    """Differential: vLLM's output is the native verify_chain_ragged verdict over the argmax rows,
+    with the bonus token as each request's bonus-row prediction."""
+    ids, _, target_probs, bonus = random_case(counts, seed=11)
+    ids[::2] = target_probs.argmax(1)[::2]  # about half the drafts match
+    output = rejection_sample(ids, counts, 3, torch.tensor(counts).cumsum(0), None, target_probs, bonus, metadata(all_greedy=True))
+    argmax_rows = ragged_target(target_probs.argmax(1), counts, bonus[:, 0])
+    verdict = ragged_reference.verify_chain_ragged(ids, torch.tensor(counts), argmax_rows, max_drafts=3)
+    assert output.tolist() == verdict.predict.view(len(counts), 4).tolist()
+
+
+@pytest.mark.parametrize("with_draft_probs", [True, False])
+def test_seeded_random_equals_native_ragged_op(lane, with_draft_probs):
+    """Differential: with a generator per request, vLLM's output is the native
+    verify_chain_sampling_ragged verdict with the coins drawn from those generators (float64 step
+    coins rounded to float32, then the final coin), the bonus token replacing the final token of a
+    fully accepted request."""
+    counts = [3, 1, 0, 2]
+    ids, draft_probs, target_probs, bonus = random_case(counts, seed=12, with_draft_probs=with_draft_probs)
+    seeds = [200 + r for r in range(len(counts))]
+    output = rejection_sample(ids, counts, 3, torch.tensor(counts).cumsum(0), draft_probs, target_probs, bonus,
+                              metadata(torch.ones(len(counts)), {r: torch.Generator().manual_seed(s) for r, s in enumerate(seeds)}))
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    coins = torch.cat([torch.empty(c, dtype=torch.float64).uniform_(generator=g).float() for c, g in zip(counts, generators)])
+    final = torch.cat([torch.empty(1).uniform_(generator=g) if c else torch.zeros(1) for c, g in zip(counts, generators)])
+    verdict = ragged_reference.verify_chain_sampling_ragged(ids, torch.tensor(counts), draft_probs, ragged_target(target_probs, counts, target_probs[:len(counts)]),
+                                                            coins, final, max_drafts=3)
+    expected = verdict.predict.view(len(counts), 4).clone()
+    for request, count in enumerate(counts):
+        if int(verdict.num_correct[request]) == count:
+            expected[request, count] = int(bonus[request])
+    assert output.tolist() == expected.tolist()

@@ -199,3 +199,48 @@ def test_chained_mtp_hidden_mistake_changes_the_drafted_tokens():
     for mistake in (dict(position_offset=1), dict(hidden_source="first")):
         changed_requests = (drafted(buggy_driver(**mistake)) != correct).any(dim=1).float().mean().item()
         assert changed_requests >= 0.5, f"{mistake}: only {changed_requests:.0%} of requests drafted different tokens"
+
+
+# ---------------------------------------------------------------------------------------------
+# Drivers that get the KV-cache / standalone / token-map options wrong (issue #14)
+
+
+def lanes_as_identity(model, state, **kwargs):
+    """Tells the model that every lane continues its own lane (what a draft that never learns its
+    parent lane assumes: SGLang's draft KV lanes are never permuted, P2)."""
+    def model_with_identity_lanes(input_ids, positions, hidden, step, *, parent_lanes):
+        identity = torch.arange(parent_lanes.shape[1]).expand_as(parent_lanes)
+        return model(input_ids, positions, hidden, step, parent_lanes=parent_lanes if step == 0 else identity)
+    return run_draft(model_with_identity_lanes, state, **kwargs)
+
+
+def ignores_eagle_shift(model, state, *, eagle_shift=True, **kwargs):
+    """A standalone draft run at EAGLE-shifted positions (one position early)."""
+    return run_draft(model, state, **kwargs)
+
+
+def offsets_as_ids(model, state, *, token_map_offsets=False, **kwargs):
+    """EAGLE-3 d2t offsets used as if they were absolute target ids."""
+    return run_draft(model, state, **kwargs)
+
+
+def test_identity_parent_lanes_fail_the_lane_cache_check():
+    with pytest.raises(AssertionError):
+        loop_cases.check_parent_lanes(get_backend("cpu"), bs=3, steps=4, topk=2, driver=lanes_as_identity)
+
+
+def test_eagle_shifted_standalone_positions_fail_the_check():
+    with pytest.raises(AssertionError, match="standalone positions"):
+        loop_cases.check_standalone_positions(get_backend("cpu"), steps=3, topk=3, driver=ignores_eagle_shift)
+
+
+def test_offsets_read_as_ids_fail_the_token_map_check():
+    with pytest.raises(AssertionError, match="candidate tokens differ"):
+        loop_cases.check_token_map(get_backend("cpu"), form="offsets", map_dtype=torch.int64, driver=offsets_as_ids)
+
+
+def test_the_correct_driver_passes_the_option_checks():
+    cpu = get_backend("cpu")
+    loop_cases.check_parent_lanes(cpu, bs=3, steps=4, topk=2)
+    loop_cases.check_standalone_positions(cpu, steps=3, topk=3)
+    loop_cases.check_token_map(cpu, form="offsets", map_dtype=torch.int64)

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import torch
 
 from . import harness
+from .examples import draft_tree_records, tree_verify_inputs
 from .report import Column, Context, Table, us
 
 SIZES = {
@@ -47,31 +48,16 @@ def _add(table, function, native, compat, native_timing, **size):
               timing=compat_mode if native_mode is None else f"{compat_mode}/{native_mode}", **size)
 
 
-def _tree_inputs(bs, nodes, steps, vocab, device):
-    from ..conformance.trees import random_tree, tree_to
-
-    tree, candidates = random_tree(bs, nodes, steps, seed=bs + nodes, vocab=vocab)
-    tree, candidates = tree_to(tree, device), candidates.to(device)
-    generator = torch.Generator(device=device).manual_seed(0)
-    first_child = candidates.gather(1, tree.retrieve_next_token.clamp(min=0))
-    random_ids = torch.randint(0, vocab, (bs, nodes), device=device, generator=generator)
-    target_predict = torch.where(torch.rand(bs, nodes, device=device, generator=generator) < 0.5, first_child, random_ids)
-    target_probs = torch.softmax(torch.randn(bs, nodes, vocab, device=device, generator=generator), dim=-1)
-    coins = torch.rand(bs, nodes, device=device, generator=generator)
-    final_coins = torch.rand(bs, device=device, generator=generator)
-    return tree, candidates, target_predict, target_probs, coins, final_coins
-
-
 def _verify_rows(ctx, table, bs, nodes, steps, vocab):
     from ..compat import sgl_kernel
-    from ..types import Verdict
+    from ..verify import verdict_into
 
     device, backend, timing = ctx.device, ctx.backend, ctx.timing
-    tree, candidates, target_predict, target_probs, coins, final_coins = _tree_inputs(bs, nodes, steps, vocab, device)
+    tree, candidates, _, target_predict, target_probs, coins, final_coins = tree_verify_inputs(bs, nodes, steps, vocab, device)
     predicts = torch.empty(bs * nodes, dtype=torch.int32, device=device)
     accept_index = torch.empty(bs, steps + 1, dtype=torch.int32, device=device)
     accept_token_num = torch.empty(bs, dtype=torch.int32, device=device)
-    verdict = Verdict(predicts, accept_index, accept_token_num, torch.empty_like(accept_token_num))
+    verdict = verdict_into(predicts, accept_index, accept_token_num)
     links = (tree.retrieve_index, tree.retrieve_next_token, tree.retrieve_next_sibling)
     size = dict(bs=bs, nodes=nodes, vocab=vocab)
     _add(table, "sgl_kernel.verify_tree_greedy", "verify_greedy",
@@ -84,18 +70,10 @@ def _verify_rows(ctx, table, bs, nodes, steps, vocab):
 
 
 def _build_tree_rows(ctx, table, bs, topk, steps, nodes):
-    from .. import tree as tree_reference
     from ..compat import sgl_kernel
 
     device, backend, timing = ctx.device, ctx.backend, ctx.timing
-    generator = torch.Generator().manual_seed(bs)
-    expansion = tree_reference.expand_tree(0, None, torch.rand(bs, topk, generator=generator), torch.randint(0, 100, (bs, topk), generator=generator))
-    records = [expansion.record]
-    for step in range(1, steps):
-        expansion = tree_reference.expand_tree(step, expansion.scores, torch.rand(bs * topk, topk, generator=generator),
-                                               torch.randint(0, 100, (bs * topk, topk), generator=generator))
-        records.append(expansion.record)
-    parents, selected, draft_tokens = (t.to(device) for t in tree_reference.organize_draft(records, nodes))
+    parents, selected, draft_tokens = (t.to(device) for t in draft_tree_records(bs, topk, steps, nodes, seed=bs))
     seq_lens = torch.full((bs,), 100, dtype=torch.int64, device=device)
     outputs = dict(tree_mask=torch.empty(bs * nodes * nodes, dtype=torch.bool, device=device),
                    positions=torch.empty(bs * nodes, dtype=torch.int64, device=device),
@@ -109,30 +87,59 @@ def _build_tree_rows(ctx, table, bs, topk, steps, nodes):
          bs=bs, nodes=nodes, vocab=None)
 
 
-def _chain_rows(ctx, table, bs, steps, vocab):
-    from ..compat import flashinfer, vllm
-
-    device, backend, timing = ctx.device, ctx.backend, ctx.timing
+def _chain_inputs(bs, steps, vocab, device):
     generator = torch.Generator(device=device).manual_seed(1)
     draft_probs = torch.softmax(torch.randn(bs, steps, vocab, device=device, generator=generator), dim=-1)
     target_probs = torch.softmax(torch.randn(bs, steps + 1, vocab, device=device, generator=generator), dim=-1)
     draft_ids = torch.randint(0, vocab, (bs, steps), device=device, generator=generator)
     coins = torch.rand(bs, steps, device=device, generator=generator)
     final_coins = torch.rand(bs, device=device, generator=generator)
-    native_s = _time(lambda: backend.verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins), device, timing)
-    size = dict(bs=bs, nodes=steps + 1, vocab=vocab)
-    _add(table, "flashinfer.chain_speculative_sampling", "verify_chain_sampling",
-         _time(lambda: flashinfer.chain_speculative_sampling(draft_probs, draft_ids, target_probs), device, timing), native_s, **size)
-    # vLLM's flat layout with S drafts per request: the same chains, flattened.
-    flat_ids, flat_draft = draft_ids.reshape(-1), draft_probs.reshape(-1, vocab)
-    flat_target = target_probs[:, :steps].reshape(-1, vocab).contiguous()
-    counts = [steps] * bs
-    cu = torch.arange(1, bs + 1, device=device, dtype=torch.int32) * steps
+    return draft_probs, target_probs, draft_ids, coins, final_coins
+
+
+def _vllm_rows(ctx, table, bs, steps, vocab, chain, *, ragged: bool):
+    """vllm.rejection_sample beside the native ragged ops on the same flat requests (their layout:
+    T + bs target rows, a bonus row per request; vLLM's: T rows and the bonus tokens)."""
+    from ..compat import vllm
+
+    device, backend, timing = ctx.device, ctx.backend, ctx.timing
+    draft_probs, target_probs, draft_ids, coins, final_coins = chain
+    counts = [steps if b % 2 == 0 or not ragged else max(steps // 2, 1) for b in range(bs)]
+    counts_t = torch.tensor(counts, device=device)
+    lanes = torch.arange(steps + 1, device=device)[None, :]
+    has_draft, has_row = lanes[:, :steps] < counts_t[:, None], lanes <= counts_t[:, None]
+    flat_ids, flat_draft, flat_coins = draft_ids[has_draft], draft_probs[has_draft], coins[has_draft]
+    vllm_target, ragged_target = target_probs[:, :steps][has_draft], target_probs[has_row]
+    cu = counts_t.cumsum(0).to(torch.int32)
     bonus = torch.zeros(bs, 1, dtype=torch.int64, device=device)
-    metadata = SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(bs, device=device), generators={})
-    _add(table, "vllm.rejection_sample (all random)", "verify_chain_sampling",
-         _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, flat_draft, flat_target, bonus, metadata), device, timing),
-         native_s, **size)
+    shape = "ragged counts S, S/2" if ragged else f"{steps} drafts each"
+    size = dict(bs=bs, nodes=steps + 1, vocab=vocab)
+    random = SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(bs, device=device), generators={})
+    _add(table, f"vllm.rejection_sample (all random, {shape})", "verify_chain_sampling_ragged",
+         _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, flat_draft, vllm_target, bonus, random), device, timing),
+         _time(lambda: backend.verify_chain_sampling_ragged(flat_ids, counts_t, flat_draft, ragged_target, flat_coins, final_coins,
+                                                            max_drafts=steps), device, timing), **size)
+    if ragged:
+        vllm_logits, ragged_logits = vllm_target.log(), ragged_target.log()
+        greedy = SimpleNamespace(all_greedy=True, all_random=False, temperature=torch.zeros(bs, device=device), generators={})
+        _add(table, f"vllm.rejection_sample (all greedy, {shape})", "verify_chain_ragged (logits)",
+             _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, None, vllm_logits, bonus, greedy), device, timing),
+             _time(lambda: backend.verify_chain_ragged(flat_ids, counts_t, ragged_logits, max_drafts=steps), device, timing), **size)
+
+
+def _chain_rows(ctx, table, bs, steps, vocab):
+    from ..compat import flashinfer
+
+    device, backend, timing = ctx.device, ctx.backend, ctx.timing
+    chain = _chain_inputs(bs, steps, vocab, device)
+    draft_probs, target_probs, draft_ids, coins, final_coins = chain
+    _add(table, "flashinfer.chain_speculative_sampling", "verify_chain_sampling",
+         _time(lambda: flashinfer.chain_speculative_sampling(draft_probs, draft_ids, target_probs), device, timing),
+         _time(lambda: backend.verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins), device, timing),
+         bs=bs, nodes=steps + 1, vocab=vocab)
+    _vllm_rows(ctx, table, bs, steps, vocab, chain, ragged=False)
+    if steps > 1:
+        _vllm_rows(ctx, table, bs, steps, vocab, chain, ragged=True)
     rows = target_probs[:, 0]
     no_drafts = torch.empty(bs, 0, dtype=torch.int64, device=device)
     _add(table, "flashinfer.sampling_from_probs", "verify_chain_sampling (no drafts)",
@@ -142,7 +149,7 @@ def _chain_rows(ctx, table, bs, steps, vocab):
     for name, call in (("flashinfer.top_k_renorm_probs (k=50)", lambda: flashinfer.top_k_renorm_probs(rows, 50)),
                        ("flashinfer.top_p_renorm_probs (p=0.9)", lambda: flashinfer.top_p_renorm_probs(rows, 0.9)),
                        ("flashinfer.softmax (temperature=0.7)", lambda: flashinfer.softmax(rows, temperature=0.7))):
-        _add(table, name, "none yet (compat-owned PyTorch)", _time(call, device, timing), None, bs=bs, nodes=1, vocab=vocab)
+        _add(table, name, "none (compat-owned PyTorch)", _time(call, device, timing), None, bs=bs, nodes=1, vocab=vocab)
 
 
 def run(ctx: Context) -> list[Table]:
@@ -151,9 +158,10 @@ def run(ctx: Context) -> list[Table]:
         harness.DEVICE_TIME_NOTE + " The last column says which each row got; a replay/eager pair is not a like-for-like overhead.",
         f"Budget (issue 18): overhead <= max({BUDGET_US:.0f} us, {100 * BUDGET_SHARE:.0f}% of the native op).",
         "flashinfer.* and vllm.* draw their coins with torch.rand (as the upstream functions draw their own); the native "
-        "call is given coins, so that draw is part of the overhead.",
-        "vllm.rejection_sample pads the ragged layout (index_select of the draft and target rows) until spec_hal has a "
-        "ragged chain op (issue 14).",
+        "call is given coins, so that draw is part of the overhead; chain_speculative_sampling also counts the drafts "
+        "that pass on their own (FlashInfer's accepted count), which the native op does not.",
+        "vllm.rejection_sample is timed beside the native ragged ops on the same requests (their layout has T + bs target "
+        "rows, vLLM's T rows and the bonus tokens); its padded layout is built on the host once per count pattern and cached.",
         "Upstream kernels (sgl-kernel, FlashInfer, vLLM) are not run by this suite; see scripts in the issue 18 notes."])
     for vocab in sizes["vocabs"]:
         for bs in sizes["batches"]:

@@ -1,4 +1,6 @@
-"""One small valid call of every op, for the host-overhead and cold-start suites.
+"""Inputs of the benchmark suites: one small valid call of every op (host-overhead and cold-start
+suites), and the seeded verification inputs the verify, masks and compat suites (and
+scripts/compat_vs_sgl_kernel.py) share.
 
 ``op_calls(device)`` maps each op name to ``(args, kwargs)`` on ``device``: bs = 1 request, the
 shapes of a decode step (S = 3, K = 4, N = 8; V = 32000 for draft_topk, 1000 elsewhere), so
@@ -8,10 +10,51 @@ is none).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 STEPS, TOPK, NODES, BATCH = 3, 4, 8, 1
 TOPK_VOCAB, VOCAB = 32000, 1000
+
+
+class TreeVerifyInputs(NamedTuple):
+    """Seeded tree verification inputs on one device: bs requests of N nodes, S steps."""
+
+    tree: object  # DraftTree
+    candidates: torch.Tensor  # (bs, N) int64
+    logits: torch.Tensor  # (bs*N, V) float32; every other node's first child has logit 20
+    target_predict: torch.Tensor  # (bs, N) int64 argmax of the logits
+    target_probs: torch.Tensor  # (bs, N, V) float32 softmax of the logits
+    coins: torch.Tensor  # (bs, N) float32
+    final_coins: torch.Tensor  # (bs,) float32
+
+
+def tree_verify_inputs(bs: int, nodes: int, steps: int, vocab: int, device, *, sampling: bool = True) -> TreeVerifyInputs:
+    """A random tree whose target accepts about half the nodes (every other node predicts its first
+    child's token). ``sampling=False`` leaves the argmax, probabilities and coins out (None)."""
+    from ..conformance.trees import random_tree, tree_to
+
+    tree, candidates = random_tree(bs, nodes, steps, seed=bs + nodes, vocab=vocab)
+    generator = torch.Generator(device=device).manual_seed(0)
+    logits = torch.randn(bs * nodes, vocab, device=device, generator=generator)
+    first_child = candidates.gather(1, tree.retrieve_next_token.clamp(min=0)).reshape(-1).to(device)
+    rows = torch.arange(0, bs * nodes, 2, device=device)
+    logits[rows, first_child[rows]] = 20.0
+    tree, candidates = tree_to(tree, device), candidates.to(device)
+    if not sampling:
+        return TreeVerifyInputs(tree, candidates, logits, None, None, None, None)
+    per_node = logits.view(bs, nodes, vocab)
+    return TreeVerifyInputs(tree, candidates, logits, per_node.argmax(dim=-1), torch.softmax(per_node, dim=-1),
+                            torch.rand(bs, nodes, device=device, generator=generator), torch.rand(bs, device=device, generator=generator))
+
+
+def draft_tree_records(bs: int, topk: int, steps: int, nodes: int, *, seed: int, vocab: int = 100):
+    """(parent_list, selected_index, draft_tokens) of a seeded EAGLE expansion (build_tree inputs, on the CPU)."""
+    from ..conformance.tree_inputs import random_draft_tree
+
+    tree = random_draft_tree(bs, topk=topk, num_steps=steps, num_draft_tokens=nodes, seed=seed, vocab=vocab)
+    return tree.parents, tree.selected, tree.draft_tokens
 
 
 def _verify_calls(device) -> dict:

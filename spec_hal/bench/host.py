@@ -60,12 +60,16 @@ def run(ctx: Context) -> list[Table]:
 
     device, backend = ctx.device, ctx.backend
     timing = dict(calls=20, trials=3) if ctx.quick or device.type == "cpu" else dict(calls=200, trials=5)
+    from ..kernels.fast_launch import status as fast_launch_status
+
     launch, launch_note = bare_triton_launch(device)
     bare_s = _time(launch, device, timing) if launch is not None else None
     table = Table("host", f"host overhead per eager call on backend {backend.name} (tiny inputs, bs = 1)", COLUMNS, notes=[
         f"Wall time per call over {timing['calls']} back-to-back eager calls (median of {timing['trials']}), device "
         "synchronised around each batch of calls; inputs from spec_hal/bench/examples.py (S = 3, K = 4, N = 8).", launch_note,
-        "Goals (issue 15): single-launch ops at most 1.5x the bare launch; no op slower than its torch reference."])
+        "Goals (issue 15): single-launch ops at most 1.5x the bare launch; no op slower than its torch reference.",
+        f"spec_hal's fast Triton launcher (SPEC_HAL_FAST_LAUNCH): {fast_launch_status()}; the bare launch goes through "
+        "Triton's own path."])
     calls = op_calls(device)
     for name, spec in sorted(all_ops().items()):
         if name not in calls:

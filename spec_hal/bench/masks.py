@@ -7,13 +7,16 @@
    ``apply_token_bitmask_`` against a copy of the logits.
 2. Ragged chains vs the same work padded: ``verify_chain_ragged`` over T + bs flat logit rows
    against ``verify_chain`` over bs * (S + 1) rows (what an engine without ragged support runs),
-   with draft counts 0..S and a quarter of the requests with speculation off.
+   and ``verify_chain_sampling_ragged`` (with draft probabilities, and without: n-gram drafts)
+   against ``verify_chain_sampling`` on the padded batch, with draft counts 0..S and a quarter
+   of the requests with speculation off.
 """
 from __future__ import annotations
 
 import torch
 
 from . import harness
+from .examples import tree_verify_inputs
 from .report import Column, Context, Table, ratio, us
 
 SIZES = {
@@ -24,22 +27,10 @@ MASK_COLUMNS = [Column("op", "op"), Column("bs", "bs", "int"), Column("nodes", "
                 Column("plain_us", "unmasked (us)", "us"), Column("masked_us", "every row masked (us)", "us"),
                 Column("masked_ratio", "overhead", "ratio"), Column("half_us", "half the rows masked (us)", "us"),
                 Column("half_ratio", "overhead", "ratio")]
-RAGGED_COLUMNS = [Column("bs", "bs", "int"), Column("steps", "S", "int"), Column("vocab", "V", "int"),
-                  Column("drafts", "drafts T", "int"), Column("padded_drafts", "padded bs*S", "int"),
-                  Column("ragged_us", "verify_chain_ragged (us)", "us"), Column("padded_us", "padded verify_chain (us)", "us"),
+RAGGED_COLUMNS = [Column("op", "ragged op (vs its padded op)"), Column("bs", "bs", "int"), Column("steps", "S", "int"),
+                  Column("vocab", "V", "int"), Column("drafts", "drafts T", "int"), Column("padded_drafts", "padded bs*S", "int"),
+                  Column("ragged_us", "ragged (us)", "us"), Column("padded_us", "padded (us)", "us"),
                   Column("ragged_ratio", "ragged / padded", "ratio")]
-
-
-def _tree_inputs(bs, nodes, steps, vocab, device):
-    from ..conformance.trees import random_tree, tree_to
-
-    tree, candidates = random_tree(bs, nodes, steps, seed=bs + nodes, vocab=vocab)
-    generator = torch.Generator(device=device).manual_seed(0)
-    logits = torch.randn(bs * nodes, vocab, device=device, generator=generator)
-    first_child = candidates.gather(1, tree.retrieve_next_token.clamp(min=0)).reshape(-1).to(device)
-    rows = torch.arange(0, bs * nodes, 2, device=device)
-    logits[rows, first_child[rows]] = 20.0
-    return tree_to(tree, device), candidates.to(device), logits
 
 
 def _masks(rows, vocab, device):
@@ -47,10 +38,11 @@ def _masks(rows, vocab, device):
     constrains every other row (-1 for the rest)."""
     from ..masks import pack_bitmask
 
-    allowed = torch.rand(rows, vocab, generator=torch.Generator().manual_seed(rows)) < 0.7
-    index = torch.arange(rows, dtype=torch.int32)
+    # Drawn and packed on the device: at bs=256, N=8, V=151936 a host draw alone takes seconds.
+    allowed = torch.rand(rows, vocab, generator=torch.Generator(device=device).manual_seed(rows), device=device) < 0.7
+    index = torch.arange(rows, dtype=torch.int32, device=device)
     index[1::2] = -1
-    return pack_bitmask(allowed).to(device), index.to(device)
+    return pack_bitmask(allowed), index
 
 
 def _masked_rows(ctx, table, sizes):
@@ -59,7 +51,7 @@ def _masked_rows(ctx, table, sizes):
         for bs in sizes["batches"]:
             for nodes, steps in sizes["trees"]:
                 ctx.progress(f"masks bs={bs} N={nodes} V={vocab}")
-                tree, candidates, logits = _tree_inputs(bs, nodes, steps, vocab, device)
+                tree, candidates, logits = tree_verify_inputs(bs, nodes, steps, vocab, device, sampling=False)[:3]
                 mask, index = _masks(bs * nodes, vocab, device)
                 probs = torch.softmax(logits, dim=1).view(bs, nodes, vocab)
                 generator = torch.Generator(device=device).manual_seed(1)
@@ -88,27 +80,57 @@ def _masked_rows(ctx, table, sizes):
                     torch.cuda.empty_cache()
 
 
+def _probs(rows, vocab, device, generator):
+    return torch.softmax(torch.randn(rows, vocab, device=device, generator=generator), dim=1)
+
+
+def _ragged_cases(backend, bs, steps, vocab, device):
+    """{op: (ragged call, padded call)} over one batch: draft counts 0..S, a quarter at 0; the
+    padded calls get the bs * S drafts (bs * (S + 1) target rows) an engine would pad to."""
+    generator = torch.Generator().manual_seed(bs + steps)
+    counts = torch.randint(0, steps + 1, (bs,), generator=generator)
+    counts[::4] = 0  # speculation switched off for a quarter of the requests
+    total = int(counts.sum())
+    on_device = torch.Generator(device=device).manual_seed(bs + steps)
+    drafts = torch.randint(0, vocab, (total,), generator=generator).to(device)
+    counts = counts.to(device)
+    padded_drafts = torch.randint(0, vocab, (bs, steps), device=device, generator=on_device)
+    candidates = torch.cat([torch.zeros(bs, 1, dtype=padded_drafts.dtype, device=device), padded_drafts], dim=1)
+    flat = dict(logits=torch.randn(total + bs, vocab, device=device, generator=on_device), p=_probs(total + bs, vocab, device, on_device),
+                q=_probs(total, vocab, device, on_device), coins=torch.rand(total, device=device, generator=on_device))
+    padded = dict(logits=torch.randn(bs * (steps + 1), vocab, device=device, generator=on_device),
+                  p=_probs(bs * (steps + 1), vocab, device, on_device).view(bs, steps + 1, vocab),
+                  q=_probs(bs * steps, vocab, device, on_device).view(bs, steps, vocab),
+                  coins=torch.rand(bs, steps, device=device, generator=on_device))
+    final_coins = torch.rand(bs, device=device, generator=on_device)
+    cases = {
+        "verify_chain_ragged (logits)": (lambda: backend.verify_chain_ragged(drafts, counts, flat["logits"], max_drafts=steps),
+                                         lambda: backend.verify_chain(candidates, padded["logits"])),
+        "verify_chain_sampling_ragged": (
+            lambda: backend.verify_chain_sampling_ragged(drafts, counts, flat["q"], flat["p"], flat["coins"], final_coins, max_drafts=steps),
+            lambda: backend.verify_chain_sampling(padded_drafts, padded["q"], padded["p"], padded["coins"], final_coins)),
+        "verify_chain_sampling_ragged (draft_probs=None)": (
+            lambda: backend.verify_chain_sampling_ragged(drafts, counts, None, flat["p"], flat["coins"], final_coins, max_drafts=steps),
+            lambda: backend.verify_chain_sampling(padded_drafts, None, padded["p"], padded["coins"], final_coins)),
+    }
+    return cases, total
+
+
 def _ragged_rows(ctx, table, sizes):
     device, backend = ctx.device, ctx.backend
     for vocab in sizes["vocabs"]:
         for bs in sizes["batches"]:
             for steps in (3, 5):
                 ctx.progress(f"ragged bs={bs} S={steps} V={vocab}")
-                generator = torch.Generator().manual_seed(bs + steps)
-                counts = torch.randint(0, steps + 1, (bs,), generator=generator)
-                counts[::4] = 0  # speculation switched off for a quarter of the requests
-                total = int(counts.sum())
-                drafts = torch.randint(0, vocab, (total,), generator=generator).to(device)
-                flat_logits = torch.randn(total + bs, vocab, device=device)
-                padded_logits = torch.randn(bs * (steps + 1), vocab, device=device)
-                candidates = torch.randint(0, vocab, (bs, steps + 1), device=device)
-                counts = counts.to(device)
-                ragged = harness.device_time_s(lambda: backend.verify_chain_ragged(drafts, counts, flat_logits, max_drafts=steps),
-                                               device, **ctx.timing)
-                padded = harness.device_time_s(lambda: backend.verify_chain(candidates, padded_logits), device, **ctx.timing)
-                table.add(bs=bs, steps=steps, vocab=vocab, drafts=total, padded_drafts=bs * steps, ragged_us=us(ragged),
-                          padded_us=us(padded), ragged_ratio=ratio(ragged, padded))
-                del flat_logits, padded_logits
+                cases, total = _ragged_cases(backend, bs, steps, vocab, device)
+                for name, (ragged_call, padded_call) in cases.items():
+                    ragged = harness.device_time_s(ragged_call, device, **ctx.timing)
+                    padded = harness.device_time_s(padded_call, device, **ctx.timing)
+                    table.add(op=name, bs=bs, steps=steps, vocab=vocab, drafts=total, padded_drafts=bs * steps,
+                              ragged_us=us(ragged), padded_us=us(padded), ragged_ratio=ratio(ragged, padded))
+                del cases
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
 
 
 def run(ctx: Context) -> list[Table]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import harness
+from .examples import tree_verify_inputs
 from .report import Column, Context, Table, ratio, us
 
 SIZES = {
@@ -25,19 +26,6 @@ COLUMNS = [Column("op", "op"), Column("bs", "bs", "int"), Column("nodes", "N", "
            Column("compile_us", "torch.compile (us)", "us"), Column("vs_compile", "speed-up vs compile", "ratio")]
 COMPILE_NOTE = ("torch.compile of the reference unrolls its S * N walk steps and compiles each shape anew (20-46 s per "
                 "shape on the H100): measured only with --compile-slow.")
-
-
-def _inputs(bs: int, nodes: int, steps: int, vocab: int, device):
-    from ..conformance.trees import random_tree, tree_to
-
-    tree, candidates = random_tree(bs, nodes, steps, seed=bs + nodes, vocab=vocab)
-    generator = torch.Generator(device=device).manual_seed(0)
-    logits = torch.randn(bs * nodes, vocab, device=device, generator=generator)
-    # Half the nodes predict their first child's token: realistic acceptance lengths.
-    first_child = candidates.gather(1, tree.retrieve_next_token.clamp(min=0)).reshape(-1).to(device)
-    rows = torch.arange(0, bs * nodes, 2, device=device)
-    logits[rows, first_child[rows]] = 20.0
-    return tree_to(tree, device), candidates.to(device), logits
 
 
 def _measure(ctx, table, name, ours, reference, compiled, *, bs, nodes, vocab, nbytes):
@@ -66,7 +54,7 @@ def run(ctx: Context) -> list[Table]:
                 if 3 * bs * nodes * vocab * 4 > MEMORY_LIMIT:  # logits + probs + reference temporaries
                     continue
                 ctx.progress(f"verify bs={bs} N={nodes} V={vocab}")
-                tree, candidates, logits = _inputs(bs, nodes, steps, vocab, device)
+                tree, candidates, logits = tree_verify_inputs(bs, nodes, steps, vocab, device, sampling=False)[:3]
                 _measure(ctx, table, "verify_greedy(logits)", lambda: backend.verify_greedy(tree, candidates, logits),
                          lambda: reference.verify_greedy(tree, candidates, logits),
                          None if compiled_greedy is None else (lambda: compiled_greedy(tree, candidates, logits)),

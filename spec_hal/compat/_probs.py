@@ -52,27 +52,25 @@ def _renormalise(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, kept / torch.where(total > 0, total, torch.ones_like(total)), kept)
 
 
+def _sorted(probs: torch.Tensor, name: str, value, dtype: torch.dtype):
+    """(float32 probs, the per-row parameter (bs, 1) of ``dtype``, each row sorted descending)."""
+    probs = probs.to(torch.float32)
+    param = per_row(name, value, probs.shape[0], probs.device, dtype)
+    return probs, param, torch.sort(probs, dim=1, descending=True).values
+
+
 def top_k_renorm(probs: torch.Tensor, top_k: Union[torch.Tensor, int], *, name: str = "top_k") -> torch.Tensor:
     """(bs, V) float32: the top-k entries of each row renormalised (module docstring)."""
-    rows, vocab = probs.shape
-    probs = probs.to(torch.float32)
-    k = per_row(name, top_k, rows, probs.device, torch.int64)
-    if rows == 0:
-        return probs.clone()
+    probs, k, ordered = _sorted(probs, name, top_k, torch.int64)
+    vocab = probs.shape[1]
     whole = (k <= 0) | (k >= vocab)
-    ordered = torch.sort(probs, dim=1, descending=True).values
-    kth = ordered.gather(1, (k.clamp(1, vocab) - 1))
+    kth = ordered.gather(1, (k.clamp(1, max(vocab, 1)) - 1))
     return _renormalise(probs, whole | (probs >= kth))
 
 
 def top_p_renorm(probs: torch.Tensor, top_p: Union[torch.Tensor, float], *, name: str = "top_p") -> torch.Tensor:
     """(bs, V) float32: the top-p nucleus of each row renormalised (module docstring)."""
-    rows, _ = probs.shape
-    probs = probs.to(torch.float32)
-    p = per_row(name, top_p, rows, probs.device, torch.float32)
-    if rows == 0:
-        return probs.clone()
-    ordered = torch.sort(probs, dim=1, descending=True).values
+    probs, p, ordered = _sorted(probs, name, top_p, torch.float32)
     mass_before = torch.cumsum(ordered, dim=1) - ordered
     # The kept set is a prefix of the sorted row; its last value is the pivot, and every entry equal
     # to the pivot is kept (the first of a tie group has the smallest mass before it).

@@ -52,9 +52,12 @@ def _generator_for(device: torch.device, generator: Optional[torch.Generator], s
     return seeded
 
 
-def _check_nan(probs: torch.Tensor, check_nan: bool) -> None:
+def _checked(name: str, probs: object, check_nan: bool) -> torch.Tensor:
+    """``probs`` checked as a (bs, V) float tensor; with ``check_nan``, NaN refused as upstream."""
+    probs = _probs.check_probs(name, probs)
     if check_nan and bool(torch.isnan(probs).any()):  # a host sync, as upstream's check
         raise ValueError("Input probs contains NaN.")
+    return probs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -99,38 +102,38 @@ def chain_speculative_sampling(
     device = draft_probs.device
     checks.tensor("draft_token_ids", draft_token_ids, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, steps))
     checks.tensor("target_probs", target_probs, dtypes=(torch.float32,), device=device, shape=(bs, steps + 1, vocab))
-    accepted_out = _count_buffer("maybe_output_accepted_token_num", maybe_output_accepted_token_num, bs, device)
-    emitted_out = _count_buffer("maybe_output_emitted_draft_token_num", maybe_output_emitted_draft_token_num, bs, device)
+    for name, value in (("maybe_output_accepted_token_num", maybe_output_accepted_token_num),
+                        ("maybe_output_emitted_draft_token_num", maybe_output_emitted_draft_token_num)):
+        if value is not None:
+            checks.tensor(name, value, dtypes=(torch.int32,), device=device, shape=(bs,))
     if uniform_samples is not None:
         checks.tensor("uniform_samples", uniform_samples, dtypes=(torch.float32,), device=device, shape=(bs, steps + 1))
-        coins, final_coins = uniform_samples[:, :steps].contiguous(), uniform_samples[:, steps].contiguous()
-    else:
-        source = _generator_for(device, generator, seed, offset)
-        coins = _probs.draw_uniform((bs, steps), device, source)
-        final_coins = _probs.draw_uniform((bs,), device, source)
+        coins, final_coins = sanitize_coins(uniform_samples[:, :steps]), uniform_samples[:, steps].contiguous()
+    else:  # one draw: the step coins (bs, S) then the final coins (bs,), both contiguous views
+        uniforms = _probs.draw_uniform((bs * (steps + 1),), device, _generator_for(device, generator, seed, offset))
+        coins, final_coins = uniforms[:bs * steps].view(bs, steps), uniforms[bs * steps:]
     verdict = spec_hal.verify_chain_sampling(draft_token_ids, draft_probs, target_probs, coins, final_coins)
-    accepted_out.add_(_independent_accepts(draft_token_ids, draft_probs, target_probs, coins))
-    emitted_out.add_(verdict.num_correct)
-    return verdict.predict.view(bs, steps + 1), accepted_out, emitted_out
-
-
-def _count_buffer(name: str, value: Optional[torch.Tensor], bs: int, device) -> torch.Tensor:
-    if value is None:
-        return torch.zeros(bs, dtype=torch.int32, device=device)
-    return checks.tensor(name, value, dtypes=(torch.int32,), device=device, shape=(bs,))
+    accepted = _independent_accepts(draft_token_ids, draft_probs, target_probs, coins)
+    emitted = verdict.num_correct
+    if maybe_output_accepted_token_num is not None:
+        accepted = maybe_output_accepted_token_num.add_(accepted)
+    if maybe_output_emitted_draft_token_num is not None:
+        emitted = maybe_output_emitted_draft_token_num.add_(emitted)
+    return verdict.predict.view(bs, steps + 1), accepted, emitted
 
 
 def _independent_accepts(draft_token_ids, draft_probs, target_probs, coins) -> torch.Tensor:
     """(bs,) int32: drafts passing ``u * q(x) < p(x)`` each on its own (FlashInfer's accepted count),
-    with the native op's sanitising (NaN and negatives as 0, ids outside [0, V) as p = q = 0)."""
-    steps, vocab = draft_probs.shape[1], draft_probs.shape[2]
-    ids = draft_token_ids.to(torch.int64)
-    in_vocab = (ids >= 0) & (ids < vocab)
+    as the native op decides each step: q sanitised (NaN and negatives as 0, above 1 as 1), ids
+    outside [0, V) never pass. ``coins`` are sanitised (in [0, 1)); p needs no sanitising then
+    (NaN, 0 and negatives fail the test either way; above 1 passes it either way)."""
+    vocab = draft_probs.shape[2]
+    ids = draft_token_ids if draft_token_ids.dtype == torch.int64 else draft_token_ids.to(torch.int64)
     safe = ids.clamp(0, vocab - 1)[:, :, None]
-    q = sanitize_probs(draft_probs.gather(2, safe)[:, :, 0])
-    p = sanitize_probs(target_probs[:, :steps].gather(2, safe)[:, :, 0])
-    passed = in_vocab & (sanitize_coins(coins) * q < p)
-    return passed.sum(dim=1).to(torch.int32)
+    q = torch.nan_to_num(draft_probs.gather(2, safe), nan=0.0).clamp_(0.0, 1.0)
+    p = target_probs.gather(2, safe)  # (bs, S, 1): the rows of the S drafts
+    passed = (coins[:, :, None] * q < p) & (safe == ids[:, :, None])
+    return passed.sum(dim=(1, 2), dtype=torch.int32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,9 +216,8 @@ def sampling_from_probs(
     which maps output i to row ``indices[i]``); with ``return_valid`` also (bs,) bool (row has mass).
     An all-zero row gives id 0."""
     del deterministic
-    probs = _probs.check_probs("probs", probs)
+    probs = _checked("probs", probs, check_nan)
     indices, legacy = _legacy_coins(indices)
-    _check_nan(probs, check_nan)
     return _sample(probs, indices, generator, seed, offset, return_valid, uniform_samples if uniform_samples is not None else legacy)
 
 
@@ -230,29 +232,25 @@ def sampling_from_logits(
 ) -> torch.Tensor:
     """Categorical sample of ``softmax(logits)`` per row: (bs,) int32 (or the dtype of ``indices``)."""
     del deterministic
-    logits = _probs.check_probs("logits", logits)
-    _check_nan(logits, check_nan)
+    logits = _checked("logits", logits, check_nan)
     return _sample(_probs.softmax_with_temperature(logits, None), indices, generator, seed, offset)
 
 
 def top_k_sampling_from_probs(probs, top_k, indices=None, deterministic=True, generator=None, check_nan=False, seed=None, offset=None):
     """Sample ``top_k_renorm_probs(probs, top_k)`` per row: (bs,) int32."""
-    probs = _probs.check_probs("probs", probs)
-    _check_nan(probs, check_nan)
+    probs = _checked("probs", probs, check_nan)
     return _sample(_probs.top_k_renorm(probs, top_k), indices, generator, seed, offset)
 
 
 def top_p_sampling_from_probs(probs, top_p, indices=None, deterministic=True, generator=None, check_nan=False, seed=None, offset=None):
     """Sample ``top_p_renorm_probs(probs, top_p)`` per row: (bs,) int32."""
-    probs = _probs.check_probs("probs", probs)
-    _check_nan(probs, check_nan)
+    probs = _checked("probs", probs, check_nan)
     return _sample(_probs.top_p_renorm(probs, top_p), indices, generator, seed, offset)
 
 
 def min_p_sampling_from_probs(probs, min_p, indices=None, deterministic=True, generator=None, check_nan=False, seed=None, offset=None):
     """Sample the entries ``>= min_p * max(row)``, renormalised, per row: (bs,) int32."""
-    probs = _probs.check_probs("probs", probs)
-    _check_nan(probs, check_nan)
+    probs = _checked("probs", probs, check_nan)
     return _sample(_min_p_filter(probs.to(torch.float32), min_p), indices, generator, seed, offset)
 
 
@@ -260,8 +258,7 @@ def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None, filter_ap
                                     deterministic=True, generator=None, check_nan=False, seed=None, offset=None):
     """Sample after top-k and top-p filtering: "top_k_first" applies top-p to the top-k
     renormalised row; "joint" keeps the entries in both sets of the original row."""
-    probs = _probs.check_probs("probs", probs)
-    _check_nan(probs, check_nan)
+    probs = _checked("probs", probs, check_nan)
     if filter_apply_order == "top_k_first":
         filtered = _probs.top_p_renorm(_probs.top_k_renorm(probs, top_k), top_p)
     elif filter_apply_order == "joint":

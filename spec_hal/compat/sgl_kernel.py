@@ -30,8 +30,10 @@ import torch
 
 from .. import checks
 from ..errors import InvalidInput
-from ..types import DraftTree, Verdict
+from ..types import DraftTree
+from ..verify import verdict_into
 from . import _probs
+from . import flashinfer as _flashinfer
 
 # sgl-kernel's TreeMaskMode (eagle_utils.cu): FULL_MASK = 0, QLEN_ONLY = 1, QLEN_ONLY_BITPACKING = 2.
 TREE_MASK_MODES = {0: "full", 1: "qlen", 2: "bitpacked"}
@@ -72,22 +74,26 @@ def _required(name: str, value: object) -> None:
         raise InvalidInput(name, "a tensor (a required argument)", "None")
 
 
-def _links(retrive_index, retrive_next_token, retrive_next_sibling, retrieve_index, retrieve_next_token, retrieve_next_sibling):
+LINK_NAMES = ("index", "next_token", "next_sibling")
+
+
+def _links(older: tuple, newer: tuple) -> list:
     """The three tree links, given under sgl-kernel's older spelling (``retrive_*``, positional or
     keyword) or its newer one (``retrieve_*`` keywords); exactly one spelling per link."""
     links = []
-    for old_name, old, new_name, new in (("retrive_index", retrive_index, "retrieve_index", retrieve_index),
-                                         ("retrive_next_token", retrive_next_token, "retrieve_next_token", retrieve_next_token),
-                                         ("retrive_next_sibling", retrive_next_sibling, "retrieve_next_sibling", retrieve_next_sibling)):
+    for name, old, new in zip(LINK_NAMES, older, newer):
         if (old is None) == (new is None):
-            raise InvalidInput(new_name, f"exactly one of {old_name} and {new_name}", "both" if old is not None else "neither")
+            raise InvalidInput(f"retrieve_{name}", f"exactly one of retrive_{name} and retrieve_{name}", "both" if old is not None else "neither")
         links.append(old if old is not None else new)
     return links
 
 
-def _verdict_out(predicts, accept_index, accept_token_num) -> Verdict:
-    """The caller's buffers as the native op's ``out=`` (accept_lens is scratch)."""
-    return Verdict(predicts, accept_index, accept_token_num, torch.empty_like(accept_token_num))
+def _verify_call(predicts, accept_index, accept_token_num, candidates, older_links: tuple, newer_links: tuple):
+    """What both verify functions unpack: (bs, N, the DraftTree verification reads, the caller's
+    buffers as the native op's ``out=``)."""
+    bs, nodes = _check_verify_outputs(predicts, accept_index, accept_token_num, candidates)
+    tree = _verify_tree(candidates, *_links(older_links, newer_links), accept_index.shape[1] - 1)
+    return bs, nodes, tree, verdict_into(predicts, accept_index, accept_token_num)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -121,12 +127,11 @@ def verify_tree_greedy(
     """
     import spec_hal
 
-    _check_verify_outputs(predicts, accept_index, accept_token_num, candidates)
-    links = _links(retrive_index, retrive_next_token, retrive_next_sibling, retrieve_index, retrieve_next_token, retrieve_next_sibling)
-    tree = _verify_tree(candidates, *links, accept_index.shape[1] - 1)
+    _, _, tree, out = _verify_call(predicts, accept_index, accept_token_num, candidates, (retrive_index, retrive_next_token, retrive_next_sibling),
+                                   (retrieve_index, retrieve_next_token, retrieve_next_sibling))
     _required("target_predict", target_predict)
     checks.tensor("target_predict", target_predict, dtypes=checks.INDEX_DTYPES, device=candidates.device, shape=tuple(candidates.shape))
-    spec_hal.verify_greedy(tree, candidates, target_predict, out=_verdict_out(predicts, accept_index, accept_token_num))
+    spec_hal.verify_greedy(tree, candidates, target_predict, out=out)
 
 
 def tree_speculative_sampling_target_only(
@@ -168,9 +173,9 @@ def tree_speculative_sampling_target_only(
     import spec_hal
 
     del deterministic, draft_probs
-    bs, nodes = _check_verify_outputs(predicts, accept_index, accept_token_num, candidates)
-    links = _links(retrive_index, retrive_next_token, retrive_next_sibling, retrieve_index, retrieve_next_token, retrieve_next_sibling)
-    tree = _verify_tree(candidates, *links, accept_index.shape[1] - 1)
+    bs, nodes, tree, out = _verify_call(predicts, accept_index, accept_token_num, candidates,
+                                        (retrive_index, retrive_next_token, retrive_next_sibling),
+                                        (retrieve_index, retrieve_next_token, retrieve_next_sibling))
     for name, value in (("uniform_samples", uniform_samples), ("uniform_samples_for_final_sampling", uniform_samples_for_final_sampling),
                         ("target_probs", target_probs)):
         _required(name, value)
@@ -179,8 +184,7 @@ def tree_speculative_sampling_target_only(
     checks.tensor("uniform_samples_for_final_sampling", uniform_samples_for_final_sampling, dtypes=(torch.float32,),
                   device=candidates.device, shape=(bs,))
     spec_hal.verify_sampling(tree, candidates, target_probs, uniform_samples, uniform_samples_for_final_sampling,
-                             threshold_single=threshold_single, threshold_acc=threshold_acc,
-                             out=_verdict_out(predicts, accept_index, accept_token_num))
+                             threshold_single=threshold_single, threshold_acc=threshold_acc, out=out)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -300,6 +304,17 @@ def top_p_renorm_probs(probs: torch.Tensor, top_p: Union[torch.Tensor, float]) -
 
 top_k_renorm_prob = top_k_renorm_probs
 top_p_renorm_prob = top_p_renorm_probs
+
+
+# sgl_kernel/sampling.py's samplers (SGLang's sampler and speculative paths call them) take
+# FlashInfer's arguments in FlashInfer's order: (probs, top_p | min_p | top_k, top_p, indices,
+# [filter_apply_order,] deterministic, generator, check_nan) -> (bs,) int32 (read at
+# sgl-project/sglang 1c86442). spec_hal.compat.flashinfer's functions are those, with two trailing
+# FlashInfer arguments (seed, offset) that sgl-kernel lacks. Older sgl-kernel releases took
+# ``uniform_samples`` second and returned (samples, success); that form is not provided.
+top_p_sampling_from_probs = _flashinfer.top_p_sampling_from_probs
+top_k_top_p_sampling_from_probs = _flashinfer.top_k_top_p_sampling_from_probs
+min_p_sampling_from_probs = _flashinfer.min_p_sampling_from_probs
 
 
 # ----------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ cumulative offsets), the optional draft probabilities (None for n-gram drafts), 
 and the padded int32 output with ``PLACEHOLDER_TOKEN_ID`` (-1) follow
 ``vllm/v1/sample/rejection_sampler.py`` of vllm-project/vllm (read at commit 7f6fc1c; the
 signature is unchanged since 0097a7b, where ``GREEDY_TEMPERATURE`` was -1 instead of 0). Greedy
-requests (``temperature == GREEDY_TEMPERATURE``) go through ``spec_hal.verify_chain`` over the
+requests (``temperature == GREEDY_TEMPERATURE``) go through ``spec_hal.verify_chain_ragged`` over the
 target argmax (``spec_hal.draft_topk`` with k = 1), random ones through
 ``spec_hal.verify_chain_sampling``; both run on the backend for the tensors' device.
 
@@ -17,21 +17,33 @@ What differs (also in ``docs/compat.md``):
   where ``q = 0 < p`` (spec_hal accepts a draft its own distribution could not have produced).
 * The recovered token is an exact inverse-CDF sample of ``max(p - q, 0)`` with one uniform per
   request; vLLM draws V exponentials per request and takes ``argmax(residual / exp)``. Both sample
-  the same distribution; draws differ. The accept/reject coins are drawn exactly as vLLM draws
-  them (float64 ``torch.rand`` over all draft tokens, then each seeded request's slice from its
-  generator) and rounded to float32, so for the same generator state the accept decisions use the
-  same numbers (up to that rounding).
+  the same distribution; draws differ.
 * vLLM has no tree rejection sampler to mirror: its tree sampler (vllm-project/vllm PR 22752)
   was closed unmerged; SGLang-style tree verification is in ``spec_hal.compat.sgl_kernel``.
   vLLM's optional block verification (PR 46781) is not mirrored.
-* The ragged layout is padded to ``max_spec_len`` for the native chain ops, which copies the
-  draft and target rows of the random requests (``index_select``); spec_hal's ragged chain op
-  (issue #14) removes that copy.
+* Layout: greedy requests go through the native ragged op ``spec_hal.verify_chain_ragged``
+  (its T + bs target rows are vLLM's argmax rows with each request's bonus token in its bonus
+  row, so its padded verdict is vLLM's output as it stands). Random requests go through
+  ``spec_hal.verify_chain_sampling`` over the padded layout: one ``index_select`` of the target
+  rows (and of the draft rows unless every request has ``max_spec_len`` drafts), the gather that
+  ``verify_chain_sampling_ragged`` does too (the ragged op itself cannot take vLLM's rows: it wants
+  T + bs target rows, a bonus row per request, and vLLM passes T). The padded layout is computed
+  on the host from the host list ``num_draft_tokens`` (vectorised, one pinned non-blocking copy)
+  and cached per count pattern (``LAYOUT_CACHE_SIZE`` patterns), so a repeated pattern costs no
+  copy; ``cu_num_draft_tokens`` is checked for shape and dtype only. The first call with a
+  pattern must not be inside a CUDA graph capture (the copy's pinned source would not outlive it).
+* Coins: one float32 draw of ``bs * (max_spec_len + 1)`` uniforms covers the unseeded requests'
+  step and final coins (vLLM draws float64 uniforms over the flat drafts); a seeded request's step
+  coins are its generator's float64 draws over its drafts, exactly as vLLM's
+  ``generate_uniform_probs`` draws them, rounded to float32 (so for the same generator state its
+  accept decisions use vLLM's numbers up to that rounding), then one float32 final coin.
 """
 from __future__ import annotations
 
-from typing import Optional, Protocol
+import functools
+from typing import NamedTuple, Optional, Protocol
 
+import numpy as np
 import torch
 
 from .. import checks
@@ -40,6 +52,7 @@ from ..errors import InvalidInput
 PLACEHOLDER_TOKEN_ID = -1
 GREEDY_TEMPERATURE = 0  # vLLM >= 7f6fc1c; older releases marked greedy requests with -1
 MAX_SPEC_LEN = 128
+LAYOUT_CACHE_SIZE = 64  # count patterns whose device layout is kept
 
 
 class SamplingMetadata(Protocol):
@@ -56,8 +69,8 @@ def _check(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
     num_tokens, vocab = target_probs.shape
     device = target_probs.device
     checks.tensor("draft_token_ids", draft_token_ids, dtypes=checks.INDEX_DTYPES, device=device, shape=(num_tokens,))
-    if not isinstance(num_draft_tokens, (list, tuple)) or sum(num_draft_tokens) != num_tokens:
-        raise InvalidInput("num_draft_tokens", f"a list of per-request counts summing to {num_tokens}", num_draft_tokens)
+    if not isinstance(num_draft_tokens, (list, tuple)) or sum(num_draft_tokens) != num_tokens or min([0, *num_draft_tokens]) < 0:
+        raise InvalidInput("num_draft_tokens", f"a list of per-request counts >= 0 summing to {num_tokens}", num_draft_tokens)
     bs = len(num_draft_tokens)
     checks.integer("max_spec_len", max_spec_len, low=max([0, *num_draft_tokens]))
     checks.tensor("cu_num_draft_tokens", cu_num_draft_tokens, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs,))
@@ -68,50 +81,68 @@ def _check(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
         raise InvalidInput("bonus_token_ids", f"shape ({bs}, 1)", f"shape {tuple(bonus_token_ids.shape)}")
 
 
-def _padded_rows(cu_num_draft_tokens: torch.Tensor, max_spec_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(flat row of each padded slot (bs, S) int64, valid (bs, S) bool, counts (bs,) int64), on the device."""
-    ends = cu_num_draft_tokens.to(torch.int64)
-    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
-    counts = ends - starts
-    position = torch.arange(max_spec_len, device=ends.device)
-    valid = position[None, :] < counts[:, None]
-    return starts[:, None] + position[None, :], valid, counts
+class _Layout(NamedTuple):
+    """The padded layout of vLLM's flat drafts, computed on the host from ``num_draft_tokens``
+    and copied to the device once. S = max_spec_len, W = S + 1."""
+
+    counts: torch.Tensor  # (bs,) int64 c_b
+    draft_rows: torch.Tensor  # (bs, S) int64 flat draft of each padded slot, clamped into [0, T)
+    valid: torch.Tensor  # (bs, S) bool: slot j < c_b
+    target_rows: torch.Tensor  # (bs, W) int64 vLLM target row of each chain position (lane c_b and past: any valid row)
+    count_lane: torch.Tensor  # (bs, W) int64: c_b in lane c_b, -1 elsewhere (where the bonus token may go)
+    ragged_ids: torch.Tensor  # (T + bs,) int64: index into cat(argmax (T,), bonus (bs,)) of each ragged target row
 
 
-def _uniforms(num_tokens: int, num_draft_tokens, generators: dict, device) -> torch.Tensor:
-    """vLLM's generate_uniform_probs: one float64 uniform per draft token, seeded requests' slices
-    from their generator (float64 as vLLM draws them, so a generator yields the same numbers),
-    rounded to the float32 coins of the native op."""
-    coins = torch.rand((num_tokens,), dtype=torch.float64, device=device)
-    start = 0
-    for request, count in enumerate(num_draft_tokens):
-        if count == 0:
-            continue
-        generator = generators.get(request)
-        if generator is not None:
-            coins[start:start + count].uniform_(generator=generator)
-        start += count
-    return coins.to(torch.float32)
+def _layout(num_draft_tokens, max_spec_len: int, device) -> _Layout:
+    """The layout of this count pattern on ``device``, built once per pattern (engines repeat a
+    few patterns: every request at S drafts, or S with some requests at 0)."""
+    return _cached_layout(tuple(num_draft_tokens), max_spec_len, str(torch.device(device)))
 
 
-def _final_coins(num_draft_tokens, generators: dict, device) -> torch.Tensor:
-    """One uniform per request for the recovered token; seeded requests (with drafts) from their generator."""
-    coins = torch.rand((len(num_draft_tokens),), dtype=torch.float32, device=device)
-    for request, generator in generators.items():
-        if num_draft_tokens[request] > 0:
-            coins[request:request + 1].uniform_(generator=generator)
-    return coins
+@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
+def _cached_layout(num_draft_tokens: tuple, max_spec_len: int, device: str) -> _Layout:
+    counts = np.asarray(num_draft_tokens, dtype=np.int64).reshape(-1)
+    bs, total, width = counts.shape[0], int(counts.sum()), max_spec_len + 1
+    starts = np.cumsum(counts) - counts
+    lanes = np.arange(width, dtype=np.int64)[None, :]
+    valid = lanes < counts[:, None]
+    # Lane c_b and past read the request's first row (row T - 1 for a trailing request without
+    # drafts): read by the native op, never emitted.
+    target_rows = np.where(valid, starts[:, None] + lanes, np.minimum(starts, total - 1)[:, None])
+    count_lane = np.where(lanes == counts[:, None], counts[:, None], -1)
+    # Ragged target row r_b + j (r_b = starts_b + b): the argmax of flat row starts_b + j for
+    # j < c_b, then the bonus row, which holds bonus token b (index T + b of the concatenation).
+    request_of_row = np.repeat(np.arange(bs), counts + 1)
+    lane_of_row = np.arange(total + bs) - (starts + np.arange(bs))[request_of_row]
+    ragged_ids = np.where(lane_of_row < counts[request_of_row], starts[request_of_row] + lane_of_row, total + request_of_row)
+    parts = (counts, target_rows[:, :max_spec_len], valid[:, :max_spec_len], target_rows, count_lane, ragged_ids)
+    host = torch.from_numpy(np.concatenate([part.reshape(-1).astype(np.int64) for part in parts]))
+    counts_t, draft_t, valid_t, rows_t, lane_t, ragged_t = torch.split(_to_device(host, device), [part.size for part in parts])
+    steps = (bs, max_spec_len)
+    return _Layout(counts_t, draft_t.view(steps), valid_t.view(steps) != 0, rows_t.view(bs, width), lane_t.view(bs, width), ragged_t)
 
 
-def _emit(accepted_ids: torch.Tensor, num_correct: torch.Tensor, recovered: torch.Tensor, counts: torch.Tensor,
-          bonus: torch.Tensor, width: int) -> torch.Tensor:
-    """(bs, width) int32: accepted drafts, then the recovered token (or the bonus when all ``counts``
-    drafts were accepted), then PLACEHOLDER_TOKEN_ID."""
-    position = torch.arange(width, device=accepted_ids.device)[None, :]
-    nc = num_correct.to(torch.int64)[:, None]
-    last = torch.where(nc < counts[:, None], recovered.to(torch.int64)[:, None], bonus[:, None])
-    out = torch.where(position < nc, accepted_ids, torch.where(position == nc, last, torch.full_like(accepted_ids, PLACEHOLDER_TOKEN_ID)))
-    return out.to(torch.int32)
+def _to_device(host: torch.Tensor, device) -> torch.Tensor:
+    """One host-to-device copy, from pinned memory without a host sync (once per count pattern:
+    the result is cached, so a CUDA graph captured after the first call replays no copy)."""
+    if torch.device(device).type == "cpu":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def _coins(layout: _Layout, num_draft_tokens, generators: dict, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(coins (bs, S) float32, final_coins (bs,) float32): one draw for every request, then each
+    seeded request's coins from its generator as vLLM's generate_uniform_probs draws them (float64
+    over its drafts; then its final coin)."""
+    bs, steps = layout.draft_rows.shape
+    uniforms = torch.rand((bs * (steps + 1),), dtype=torch.float32, device=device)
+    coins, final_coins = uniforms[:bs * steps].view(bs, steps), uniforms[bs * steps:]
+    for request, generator in generators.items():  # vLLM loops over its generators the same way
+        count = num_draft_tokens[request]
+        if count:
+            coins[request, :count].copy_(torch.empty((count,), dtype=torch.float64, device=device).uniform_(generator=generator))
+            final_coins[request:request + 1].uniform_(generator=generator)
+    return coins, final_coins
 
 
 def rejection_sample(
@@ -128,9 +159,9 @@ def rejection_sample(
 
     Args:
         draft_token_ids: (num_tokens,) int32/int64, the drafts of all requests concatenated.
-        num_draft_tokens: list of bs per-request draft counts (host ints).
+        num_draft_tokens: list of bs per-request draft counts (host ints); the layout is read from it.
         max_spec_len: S, the width of the output minus one (>= every count).
-        cu_num_draft_tokens: (bs,) int32/int64 inclusive cumulative counts.
+        cu_num_draft_tokens: (bs,) int32/int64 inclusive cumulative counts (checked, not read).
         draft_probs: (num_tokens, V) float draft distributions, or None (n-gram: q is one-hot).
         target_probs: (num_tokens, V) float target distributions (for greedy requests vLLM passes
             logits here; only their argmax is used).
@@ -141,71 +172,54 @@ def rejection_sample(
         (bs, S+1) int32: per request the accepted drafts, then the recovered or bonus token, then
         PLACEHOLDER_TOKEN_ID (-1).
     """
-    import spec_hal
-
     _check(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids)
     bs, width, device = len(num_draft_tokens), max_spec_len + 1, target_probs.device
-    num_tokens, vocab = target_probs.shape
-    output = torch.full((bs, width), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device)
-    if bs == 0:
-        return output
-    if max_spec_len == 0:  # no drafts anywhere: every request emits its bonus token
+    if bs == 0 or max_spec_len == 0 or target_probs.shape[0] == 0:  # no drafts anywhere: every request emits its bonus token
+        output = torch.full((bs, width), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device)
         output[:, 0] = bonus_token_ids.reshape(bs).to(torch.int32)
         return output
-    flat, valid, counts = _padded_rows(cu_num_draft_tokens, max_spec_len)
-    rows = flat.clamp(0, max(num_tokens - 1, 0))
-    drafts = draft_token_ids.to(torch.int64)
-    padded_drafts = torch.where(valid, drafts[rows] if num_tokens else torch.zeros_like(rows), torch.full_like(rows, PLACEHOLDER_TOKEN_ID))
+    layout = _layout(num_draft_tokens, max_spec_len, device)
     bonus = bonus_token_ids.reshape(bs).to(torch.int64)
-    is_greedy = None if sampling_metadata.all_greedy else sampling_metadata.temperature == GREEDY_TEMPERATURE
+    greedy = None
     if not sampling_metadata.all_random:
-        output = _greedy(spec_hal, target_probs, padded_drafts, rows, valid, counts, bonus, width)
+        greedy = _greedy(draft_token_ids, target_probs, bonus, layout, max_spec_len)
         if sampling_metadata.all_greedy:
-            return output
-    coins_flat = _uniforms(num_tokens, num_draft_tokens, sampling_metadata.generators, device)
-    coins = torch.where(valid, coins_flat[rows] if num_tokens else torch.zeros(rows.shape, device=device), torch.zeros((), device=device))
-    final_coins = _final_coins(num_draft_tokens, sampling_metadata.generators, device)
-    target = target_probs.to(torch.float32)
-    # Padded target rows: S draft rows (past a request's count: any row, never read, since its
-    # padded draft id is -1 and is rejected) and one bonus-row stand-in (never emitted: the bonus
-    # token replaces it).
-    padded_target = target.index_select(0, torch.cat([rows, rows[:, -1:]], dim=1).reshape(-1)).view(bs, width, vocab) if num_tokens \
-        else torch.zeros((bs, width, vocab), device=device)
-    uniform_counts = all(count == max_spec_len for count in num_draft_tokens)  # host list: no device read
-    padded_draft = _padded_draft_probs(draft_probs, padded_drafts, rows, bs, max_spec_len, vocab, device, uniform_counts)
-    verdict = spec_hal.verify_chain_sampling(padded_drafts, padded_draft, padded_target, coins, final_coins)
-    sampled = verdict.predict.view(bs, width).to(torch.int64)
-    recovered = sampled.gather(1, verdict.num_correct.to(torch.int64)[:, None])[:, 0]
-    random_out = _emit(torch.cat([padded_drafts, padded_drafts[:, :1]], dim=1), verdict.num_correct, recovered, counts, bonus, width)
-    if is_greedy is None:
-        return random_out
-    return torch.where(is_greedy.to(device)[:, None], output, random_out)
+            return greedy
+    sampled = _random(draft_token_ids, draft_probs, target_probs, bonus, layout, num_draft_tokens, sampling_metadata.generators)
+    if greedy is None:
+        return sampled
+    is_greedy = sampling_metadata.temperature.to(device) == GREEDY_TEMPERATURE
+    return torch.where(is_greedy[:, None], greedy, sampled)
 
 
-def _greedy(spec_hal, target_probs, padded_drafts, rows, valid, counts, bonus, width) -> torch.Tensor:
-    """Greedy requests: accept while the draft equals the target argmax (native verify_chain)."""
-    bs = rows.shape[0]
-    if target_probs.shape[0]:
-        argmax = spec_hal.draft_topk(target_probs, 1)[1][:, 0]  # NaN as -inf, ties to the lower id
-        padded_argmax = argmax[rows]
-    else:
-        padded_argmax = torch.zeros_like(rows)
-    root = torch.zeros((bs, 1), dtype=torch.int64, device=rows.device)
-    candidates = torch.cat([root, padded_drafts], dim=1)
-    target_predict = torch.cat([padded_argmax, root], dim=1)  # the last column is never compared
-    num_correct, recovered = spec_hal.verify_chain(candidates, target_predict)
-    return _emit(torch.cat([padded_drafts, root], dim=1), num_correct, recovered, counts, bonus, width)
+def _greedy(draft_token_ids, target_probs, bonus, layout: _Layout, max_spec_len: int) -> torch.Tensor:
+    """Greedy requests (native ``verify_chain_ragged``): the target rows are vLLM's argmax rows with
+    each request's bonus token in its bonus row, so the padded verdict's predict is the output."""
+    import spec_hal
+
+    argmax = spec_hal.draft_topk(target_probs, 1)[1].view(-1)  # NaN as -inf, ties to the lower id
+    target_ids = torch.cat([argmax, bonus]).index_select(0, layout.ragged_ids)
+    verdict = spec_hal.verify_chain_ragged(draft_token_ids, layout.counts, target_ids, max_drafts=max_spec_len)
+    return verdict.predict.view(-1, max_spec_len + 1)
 
 
-def _padded_draft_probs(draft_probs, padded_drafts, rows, bs, steps, vocab, device, uniform_counts: bool) -> torch.Tensor:
-    """(bs, S, V) float32: the draft rows (a view when every request has S drafts), or one-hot rows
-    at the drafted ids for n-gram drafts."""
-    if draft_probs is not None and uniform_counts and draft_probs.dtype == torch.float32 and steps:
-        return draft_probs.reshape(bs, steps, vocab)
-    if draft_probs is not None and rows.numel() and draft_probs.shape[0]:
-        return draft_probs.to(torch.float32).index_select(0, rows.reshape(-1)).view(bs, steps, vocab)
-    one_hot = torch.zeros((bs, steps, vocab), dtype=torch.float32, device=device)
-    if draft_probs is None:
-        drafted = padded_drafts >= 0
-        one_hot.scatter_(2, padded_drafts.clamp(min=0)[:, :, None], drafted.to(torch.float32)[:, :, None])
-    return one_hot
+def _random(draft_token_ids, draft_probs, target_probs, bonus, layout: _Layout, num_draft_tokens, generators: dict) -> torch.Tensor:
+    """Random requests (native ``verify_chain_sampling`` over the padded layout); the final token
+    of a fully accepted chain is replaced by the bonus token."""
+    import spec_hal
+
+    bs, steps = layout.draft_rows.shape
+    vocab = target_probs.shape[1]
+    uniform = all(count == steps for count in num_draft_tokens)  # host list: every slot holds a draft
+    drafts = draft_token_ids.reshape(bs, steps) if uniform else \
+        torch.where(layout.valid, draft_token_ids[layout.draft_rows], PLACEHOLDER_TOKEN_ID)
+    target = target_probs.to(torch.float32).index_select(0, layout.target_rows.view(-1)).view(bs, steps + 1, vocab)
+    draft = None
+    if draft_probs is not None:
+        draft = draft_probs.to(torch.float32)
+        draft = draft.view(bs, steps, vocab) if uniform else draft.index_select(0, layout.draft_rows.view(-1)).view(bs, steps, vocab)
+    coins, final_coins = _coins(layout, num_draft_tokens, generators, target_probs.device)
+    verdict = spec_hal.verify_chain_sampling(drafts, draft, target, coins, final_coins)
+    predict = verdict.predict.view(bs, steps + 1)
+    bonus_lane = layout.count_lane == verdict.num_correct[:, None]  # lane c_b when all c_b drafts were accepted
+    return torch.where(bonus_lane, bonus.to(torch.int32)[:, None], predict)

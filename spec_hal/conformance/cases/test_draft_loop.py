@@ -17,7 +17,7 @@ from spec_hal.capabilities import graph_support
 from spec_hal.draft_loop import DraftGraphs, run_draft
 from spec_hal.errors import GraphStateError, InvalidInput
 from spec_hal.testing import ChainedMtpDraftModel, EagleDraftModel
-from spec_hal.topk import draft_topk as reference_draft_topk
+from spec_hal.topk import draft_topk as reference_draft_topk, reverse_token_map
 from spec_hal.tree import expand_tree as reference_expand_tree
 from spec_hal.types import DraftState, TreeRecord
 
@@ -72,12 +72,12 @@ def make_state(bs: int, topk: int, *, seed: int, device, vocab: int = 64, hidden
 
 
 def _run(driver, backend, model, state, **kwargs):
-    snapshot = {name: getattr(state, name).clone() for name in STATE_FIELDS}
+    snapshot = {name: getattr(state, name).clone() for name in STATE_FIELDS if getattr(state, name) is not None}
     model.to(backend.device)  # weights on the device first: a host-to-device copy synchronises
     with no_host_sync(backend.device):
         result = driver(model, state, backend=backend, **kwargs)
-    for name in STATE_FIELDS:
-        assert torch.equal(getattr(state, name), snapshot[name]), f"run_draft changed the caller's state.{name}"
+    for name, before in snapshot.items():
+        assert torch.equal(getattr(state, name), before), f"run_draft changed the caller's state.{name}"
     return result
 
 
@@ -125,15 +125,18 @@ def check_eagle_parent_lanes(backend, *, steps: int, topk: int, driver=run_draft
         assert torch.equal(model.calls[index].input_ids, expected_ids), f"forward {index}: input ids are not the chosen tokens"
 
 
-def reference_draft(model, state: DraftState, *, steps: int, topk: int):
-    """The draft loop written out plainly with the reference ops on CPU (the oracle)."""
+def reference_draft(model, state: DraftState, *, steps: int, topk: int, eagle_shift: bool = True,
+                    token_map: Optional[torch.Tensor] = None):
+    """The draft loop written out plainly with the reference ops on CPU (the oracle).
+    ``token_map``: absolute draft-to-target ids; without ``eagle_shift`` forward i runs at the
+    absolute position of the depth-(i+1) tokens, root + i + 1."""
     cpu = {name: None if getattr(state, name) is None else getattr(state, name).cpu() for name in STATE_FIELDS}
     expansion = reference_expand_tree(0, None, cpu["probs"], cpu["ids"], hidden=cpu["hidden"])
     records = [expansion.record]
     for step in range(1, steps):
-        positions = cpu["positions"].repeat_interleave(topk) + (step - 1)
+        positions = cpu["positions"].repeat_interleave(topk) + (step - 1) + (0 if eagle_shift else 1)
         logits, hidden = model(expansion.input_ids, positions, expansion.hidden, step - 1)
-        probs, ids = reference_draft_topk(logits, topk)
+        probs, ids = reference_draft_topk(logits, topk, token_map=None if token_map is None else token_map.cpu())
         expansion = reference_expand_tree(step, expansion.scores, probs, ids, hidden=hidden)
         records.append(expansion.record)
     return records
@@ -155,18 +158,23 @@ def test_run_draft_eagle_parent_lanes(backend, steps, topk):
     check_eagle_parent_lanes(backend, steps=steps, topk=topk)
 
 
+def _assert_records_match(result, expected, what: str = "") -> None:
+    """Integers bit-identical to the reference loop's records, scores within float tolerance."""
+    assert result.num_steps == len(expected)
+    for index, (got, want) in enumerate(zip(result.records, expected)):
+        assert torch.equal(got.tokens.cpu(), want.tokens), f"{what}step {index}: candidate tokens differ from the reference loop"
+        assert torch.equal(got.parents.cpu(), want.parents), f"{what}step {index}: parents differ from the reference loop"
+        torch.testing.assert_close(got.scores.cpu(), want.scores, atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("bs, steps, topk, nodes", [(0, 3, 4, 8), (1, 1, 4, 5), (3, 3, 1, 4), (6, 5, 4, 8), (4, 5, 8, 32)])
 def test_run_draft_matches_reference_loop(backend, bs, steps, topk, nodes):
     """The records equal the plain reference loop's, and feed organize_draft and build_tree."""
     model = EagleDraftModel(seed=bs + steps)
     state = make_state(bs, topk, seed=bs * 7 + steps, device=backend.device)
     result = _run(run_draft, backend, model, state, steps=steps, topk=topk)
-    expected = reference_draft(model, state, steps=steps, topk=topk)
-    assert result.num_steps == steps == len(expected)
-    for index, (got, want) in enumerate(zip(result.records, expected)):
-        assert torch.equal(got.tokens.cpu(), want.tokens), f"step {index}: candidate tokens differ from the reference loop"
-        assert torch.equal(got.parents.cpu(), want.parents), f"step {index}: parents differ from the reference loop"
-        torch.testing.assert_close(got.scores.cpu(), want.scores, atol=1e-6, rtol=1e-5)
+    assert result.num_steps == steps
+    _assert_records_match(result, reference_draft(model, state, steps=steps, topk=topk))
     with no_host_sync(backend.device):
         parents, selected, draft_tokens = backend.organize_draft(result.records, nodes)
         tree = backend.build_tree(state.roots, parents, selected, draft_tokens, state.positions, topk=topk)
@@ -302,3 +310,179 @@ def test_run_draft_graph_rejects_bad_input(backend):
     with pytest.raises(InvalidInput) as error:
         run_draft(model, state, steps=2, topk=4, backend=backend, graph=DraftGraphs((2,)))
     assert error.value.argument == "batch size"
+
+
+# ----------------------------------------------- drafts with a KV cache, standalone, token maps
+class LaneCacheDraftModel:
+    """A draft that keeps its own per-lane state (standing in for a per-lane KV cache) instead of
+    using the hidden state the driver passes: at forward 0 it fills every lane with the request's
+    hidden (the shared prefix), and before each later forward it reorders the lanes by
+    ``parent_lanes`` (``cache[b, j] = cache[b, parent_lanes[b, j]]``), as an engine would copy KV
+    lanes. It equals the driver-propagated EAGLE loop exactly when ``parent_lanes`` is right.
+    Records every ``parent_lanes`` it got (device clones: a host copy would synchronise)."""
+
+    def __init__(self, model, prefix_hidden: torch.Tensor, topk: int):
+        self.model, self.prefix_hidden, self.topk = model, prefix_hidden, topk
+        self.cache, self.received = None, []
+
+    def __call__(self, input_ids, positions, hidden, step, *, parent_lanes):
+        self.received.append(parent_lanes.clone())
+        if step == 0:
+            cache = self.prefix_hidden.repeat_interleave(self.topk, dim=0)
+        else:
+            bs, width = parent_lanes.shape[0], self.cache.shape[1]
+            lanes = self.cache.view(bs, self.topk, width)
+            cache = lanes.gather(1, parent_lanes[:, :, None].expand(bs, self.topk, width)).view(bs * self.topk, width)
+        logits, self.cache = self.model(input_ids, positions, cache, step)
+        return logits, None
+
+    def to(self, device) -> "LaneCacheDraftModel":
+        self.model.to(device)
+        self.prefix_hidden = self.prefix_hidden.to(device)
+        return self
+
+
+def check_parent_lanes(backend, *, bs: int, steps: int, topk: int, driver=run_draft) -> None:
+    """pass_parent_lanes: a draft that keeps its own lane state, reordered by the parent lanes it
+    is given, drafts exactly what the reference loop drafts with driver-propagated hidden."""
+    state = make_state(bs, topk, seed=31 + steps, device=backend.device)
+    model = LaneCacheDraftModel(EagleDraftModel(seed=steps), state.hidden, topk)
+    without_hidden = DraftState(state.roots, state.positions, state.probs, state.ids, None)
+    result = _run(driver, backend, model, without_hidden, steps=steps, topk=topk, pass_parent_lanes=True)
+    _assert_records_match(result, reference_draft(EagleDraftModel(seed=steps), state, steps=steps, topk=topk))
+    assert len(model.received) == steps - 1
+    for index, lanes in enumerate(model.received):
+        assert lanes.shape == (bs, topk) and lanes.dtype == torch.int64, f"forward {index}: parent_lanes {tuple(lanes.shape)} {lanes.dtype}"
+        if index == 0:
+            assert bool((lanes == -1).all()), "forward 0: parent_lanes must be -1 (every lane continues the root)"
+        else:  # from the record's parents (candidate-list indices): lane = choice // K
+            choice = result.records[index].parents.cpu() - (topk + topk * topk * (index - 1))
+            assert torch.equal(lanes.cpu(), choice // topk), f"forward {index}: parent_lanes disagree with the record's parents"
+
+
+@pytest.mark.parametrize("bs, steps, topk", [(3, 4, 2), (2, 3, 4), (0, 3, 2)])
+def test_run_draft_parent_lanes_drive_a_lane_cache(backend, bs, steps, topk):
+    check_parent_lanes(backend, bs=bs, steps=steps, topk=topk)
+
+
+def check_standalone_positions(backend, *, steps: int, topk: int, driver=run_draft) -> None:
+    """eagle_shift=False: forward i runs at root + i + 1 (the tokens' own positions), and the
+    records equal the reference loop run at those positions."""
+    model = ProbeModel(EagleDraftModel(seed=steps + 11))
+    state = make_state(3, topk, seed=steps * topk, device=backend.device)
+    result = _run(driver, backend, model, state, steps=steps, topk=topk, eagle_shift=False)
+    roots = state.positions.cpu().repeat_interleave(topk)
+    for index, call in enumerate(model.calls):
+        assert torch.equal(call.positions, roots + index + 1), f"forward {index}: standalone positions must be root + {index + 1}"
+    _assert_records_match(result, reference_draft(EagleDraftModel(seed=steps + 11), state, steps=steps, topk=topk, eagle_shift=False))
+
+
+@pytest.mark.parametrize("steps, topk", [(3, 1), (4, 3)])
+def test_run_draft_standalone_positions(backend, steps, topk):
+    check_standalone_positions(backend, steps=steps, topk=topk)
+
+
+TARGET_VOCAB = 200
+
+
+class ReducedVocabularyModel:
+    """An EAGLE-3-style draft: reads target ids (mapped back to its own vocabulary through the
+    reverse map, as its embedding would), writes logits over the reduced draft vocabulary."""
+
+    def __init__(self, model, reverse_map: torch.Tensor):
+        self.model, self.reverse_map = model, reverse_map
+
+    def __call__(self, input_ids, positions, hidden, step, **parent_lanes):
+        return self.model(self.reverse_map[input_ids], positions, hidden, step, **parent_lanes)
+
+    def to(self, device) -> "ReducedVocabularyModel":
+        self.model.to(device)
+        self.reverse_map = self.reverse_map.to(device)
+        return self
+
+
+def _draft_to_target(vocab: int = 64) -> torch.Tensor:
+    """A seeded (vocab,) int64 map onto distinct target ids in [0, TARGET_VOCAB)."""
+    return torch.randperm(TARGET_VOCAB, generator=torch.Generator().manual_seed(3))[:vocab]
+
+
+def check_token_map(backend, *, form: str, map_dtype: torch.dtype, driver=run_draft) -> None:
+    """token_map as absolute ids or EAGLE-3 offsets (d2t): the records' tokens are target ids,
+    equal to the reference loop's with the absolute map."""
+    absolute = _draft_to_target()
+    given = absolute if form == "ids" else absolute - torch.arange(absolute.shape[0])
+    steps, topk = 3, 2
+    state = make_state(3, topk, seed=9, device=backend.device)
+    state = DraftState(state.roots, state.positions, state.probs, absolute.to(backend.device)[state.ids], state.hidden)
+    reverse = reverse_token_map(absolute, target_vocab=TARGET_VOCAB)
+    model = ReducedVocabularyModel(EagleDraftModel(seed=4), reverse)
+    result = _run(driver, backend, model, state, steps=steps, topk=topk, token_map=given.to(map_dtype).to(backend.device),
+                  token_map_offsets=form == "offsets")
+    oracle = ReducedVocabularyModel(EagleDraftModel(seed=4), reverse)
+    _assert_records_match(result, reference_draft(oracle, state, steps=steps, topk=topk, token_map=absolute))
+    assert bool(torch.isin(result.records[-1].tokens.cpu(), absolute).all()), "a drafted id is not a target id of the map"
+
+
+@pytest.mark.parametrize("form", ("ids", "offsets"))
+@pytest.mark.parametrize("map_dtype", (torch.int32, torch.int64))
+def test_run_draft_token_map(backend, form, map_dtype):
+    check_token_map(backend, form=form, map_dtype=map_dtype)
+
+
+class LaneDependentModel:
+    """Stateless, so a captured graph replays it: its logits depend on the parent lanes."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, input_ids, positions, hidden, step, *, parent_lanes):
+        logits, hidden_out = self.model(input_ids, positions, hidden, step)
+        return logits + 0.5 * parent_lanes.reshape(-1, 1).to(logits.dtype), hidden_out
+
+    def to(self, device) -> "LaneDependentModel":
+        self.model.to(device)
+        return self
+
+
+def test_run_draft_graph_with_options_equals_eager(backend):
+    """Under graph=DraftGraphs the options (parent lanes, standalone positions, an offset token
+    map read in place) give the eager loop's records, bit-identical."""
+    absolute = _draft_to_target()
+    d2t = (absolute - torch.arange(absolute.shape[0])).to(backend.device)
+    model = ReducedVocabularyModel(LaneDependentModel(EagleDraftModel(seed=8)), reverse_token_map(absolute, target_vocab=TARGET_VOCAB)).to(backend.device)
+    options = dict(steps=3, topk=2, pass_parent_lanes=True, eagle_shift=False, token_map=d2t, token_map_offsets=True)
+    graphs = DraftGraphs((2,))
+    for round_index, bs in enumerate((2, 1)):  # the bucket exactly, then a padded batch
+        state = make_state(bs, 2, seed=50 + round_index, device=backend.device)
+        state = DraftState(state.roots, state.positions, state.probs, absolute.to(backend.device)[state.ids], state.hidden)
+        if round_index == 0:
+            got = run_draft(model, state, backend=backend, graph=graphs, **options)
+        else:
+            got = _run(run_draft, backend, model, state, graph=graphs, **options)
+        want = run_draft(model, _padded(state, 2), backend=backend, **options)
+        _assert_same_result(got, want, bs, f"round {round_index} (bs={bs})")
+    assert len(graphs.runners) == 1
+
+
+def test_run_draft_rejects_bad_options(backend, monkeypatch):
+    model = EagleDraftModel().to(backend.device)
+    state = make_state(2, 2, seed=0, device=backend.device)
+    device = backend.device
+    cases = [
+        ("pass_parent_lanes", dict(pass_parent_lanes=1)),
+        ("eagle_shift", dict(eagle_shift=None)),
+        ("token_map_offsets", dict(token_map=torch.arange(64, device=device), token_map_offsets="yes")),
+        ("token_map", dict(token_map_offsets=True)),
+        ("token_map", dict(token_map=torch.arange(64, device=device, dtype=torch.float32))),
+        ("token_map", dict(token_map=torch.arange(64, device=device).view(8, 8))),
+        ("token_map", dict(token_map=torch.arange(63, device=device))),  # not the draft's vocabulary (64 logits)
+    ]
+    for argument, kwargs in cases:
+        with pytest.raises(InvalidInput) as error:
+            run_draft(model, state, steps=2, topk=2, backend=backend, **kwargs)
+        assert error.value.argument == argument, (argument, kwargs)
+    monkeypatch.setenv("SPEC_HAL_CHECKS", "1")  # checked mode: mapped ids must be target ids (>= 0)
+    for kwargs in (dict(token_map=torch.arange(64, device=device) - 1), dict(token_map=torch.full((64,), -5, device=device), token_map_offsets=True)):
+        with pytest.raises(InvalidInput) as error:
+            run_draft(model, state, steps=2, topk=2, backend=backend, **kwargs)
+        assert error.value.argument == "token_map"
