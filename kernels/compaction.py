@@ -14,14 +14,36 @@ import torch
 import triton
 import triton.language as tl
 
-from spec_hal.compaction import batch_first
+from spec_hal import error_flag
+from spec_hal.compaction import batch_first, record_verdict_values
 
+from .error_flag import ARGUMENT_STEP, record_invalid
 from .launch import KernelTarget
 
 
 @triton.jit
+def _record_verdict(accept_index_ptr, index_stride_row, index_stride_col, b, in_batch, length, width, nodes,
+                    flag_ptr, flag_code):
+    """The default-mode records of spec_hal.compaction.record_verdict_values for requests ``b``:
+    accept_lens outside [1, min(W, N)] at index b, and the first used accept_index entry (rank r
+    < min(accept_lens, W, N)) outside the request's block at index b*W + r (the smallest flat
+    index of the request, so the atomic min keeps what the reference keeps)."""
+    limit = tl.minimum(width, nodes).to(tl.int64)
+    record_invalid(flag_ptr, flag_code, in_batch & ((length < 1) | (length > limit)), b)
+    used = tl.where(in_batch, tl.minimum(length, limit), 0)
+    first = tl.zeros_like(b) + width
+    for rank in range(0, width):
+        checked = (rank < used) & (first == width)
+        node = tl.load(accept_index_ptr + b * index_stride_row + rank * index_stride_col, mask=checked, other=0).to(tl.int64)
+        foreign = checked & ((node < b * nodes) | (node >= (b + 1) * nodes))
+        first = tl.where(foreign, rank, first)
+    record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, first < width, b * width + first)
+
+
+@triton.jit
 def _bonus_tokens_kernel(predict_ptr, predict_stride, accept_index_ptr, index_stride_row, index_stride_col,
-                         accept_lens_ptr, lens_stride, out_ptr, rows, width, num_predict, BLOCK: tl.constexpr):
+                         accept_lens_ptr, lens_stride, out_ptr, rows, width, num_predict, flag_ptr, flag_code,
+                         BLOCK: tl.constexpr):
     b = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     in_batch = b < rows
     length = tl.load(accept_lens_ptr + b.to(tl.int64) * lens_stride, mask=in_batch, other=1).to(tl.int64)
@@ -31,11 +53,13 @@ def _bonus_tokens_kernel(predict_ptr, predict_stride, accept_index_ptr, index_st
     in_range = in_width & (node >= b.to(tl.int64) * nodes) & (node < (b.to(tl.int64) + 1) * nodes)  # own block only
     token = tl.load(predict_ptr + node * predict_stride, mask=in_range, other=-1)
     tl.store(out_ptr + b, token, mask=in_batch)
+    _record_verdict(accept_index_ptr, index_stride_row, index_stride_col, b.to(tl.int64), in_batch, length, width, nodes,
+                    flag_ptr, flag_code)
 
 
 @triton.jit
 def _compact_rows_kernel(x_ptr, x_stride, out_ptr, accept_index_ptr, index_stride_row, index_stride_col,
-                         accept_lens_ptr, lens_stride, num_nodes, width, total_rows, columns,
+                         accept_lens_ptr, lens_stride, num_nodes, width, total_rows, columns, flag_ptr, flag_code,
                          ROWS: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     in_rows = row < total_rows
@@ -45,7 +69,15 @@ def _compact_rows_kernel(x_ptr, x_stride, out_ptr, accept_index_ptr, index_strid
     on_path = in_rows & (rank < length) & (rank < width)
     # Ranks past the path (or past the accept width) never read accept_index: bug 4b's OOB read.
     source = tl.load(accept_index_ptr + b * index_stride_row + rank * index_stride_col, mask=on_path, other=0).to(tl.int64)
-    source = tl.where(on_path & (source >= b * num_nodes) & (source < (b + 1) * num_nodes), source, row)  # own block only
+    own = (source >= b * num_nodes) & (source < (b + 1) * num_nodes)
+    # Default-mode records (spec_hal.compaction.record_verdict_values), by the first column tile,
+    # one atomic a row: accept_lens outside [1, min(W, N)] at index b (from rank 0; it sorts
+    # before any accept_index record), else a used entry outside the block at index b*W + rank.
+    records = in_rows & (tl.program_id(1) == 0)
+    lens_bad = (rank == 0) & ((length < 1) | (length > tl.minimum(width, num_nodes)))
+    record_invalid(flag_ptr, flag_code, records & (lens_bad | (on_path & ~own)),
+                   tl.where(lens_bad, b, ARGUMENT_STEP + b * width + rank))
+    source = tl.where(on_path & own, source, row)  # own block only
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = in_rows[:, None] & (cols < columns)[None, :]
     values = tl.load(x_ptr + source[:, None] * x_stride + cols[None, :], mask=mask)
@@ -83,7 +115,8 @@ def bonus_tokens(verdict, *, out=None, target: KernelTarget):
     block = 128
     _bonus_tokens_kernel[(triton.cdiv(rows, block),)](
         predict, predict.stride(0), verdict.accept_index, verdict.accept_index.stride(0), verdict.accept_index.stride(1),
-        verdict.accept_lens, verdict.accept_lens.stride(0), out, rows, width, predict.shape[0], BLOCK=block, num_warps=1 if target.vendor == "interpreter" else 4,
+        verdict.accept_lens, verdict.accept_lens.stride(0), out, rows, width, predict.shape[0],
+        error_flag.flag(predict.device), _BONUS_CODE, BLOCK=block, num_warps=1 if target.vendor == "interpreter" else 4,
     )
     return out
 
@@ -106,7 +139,10 @@ def compact_accepted(x, verdict, *, out=None, target: KernelTarget):
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rows, width = verdict.accept_index.shape
-    if rows == 0 or x.numel() == 0:
+    if rows == 0:
+        return out
+    if x.numel() == 0:  # nothing to move, no launch: the (degenerate) records come from torch ops
+        record_verdict_values("compact_accepted", verdict)
         return out
     source = _as_rows(x.unsqueeze(1) if x.dim() == 1 else x)
     total_rows, columns = source.shape
@@ -115,10 +151,14 @@ def compact_accepted(x, verdict, *, out=None, target: KernelTarget):
         source, source.stride(0), out.view(torch.uint8) if out.dtype == torch.bool else out,
         verdict.accept_index, verdict.accept_index.stride(0), verdict.accept_index.stride(1),
         verdict.accept_lens, verdict.accept_lens.stride(0), total_rows // rows, width, total_rows, columns,
-        ROWS=tile_rows, BLOCK=block, num_warps=warps,
+        error_flag.flag(x.device), _COMPACT_CODE, ROWS=tile_rows, BLOCK=block, num_warps=warps,
     )
     return out
 
+
+# The ops' first error-flag codes (accept_lens; accept_index is + ARGUMENT_STEP).
+_BONUS_CODE = error_flag.code("bonus_tokens", "verdict.accept_lens")
+_COMPACT_CODE = error_flag.code("compact_accepted", "verdict.accept_lens")
 
 PROVIDERS = {
     "bonus_tokens": (bonus_tokens, "kernels/compaction.py: one gather per request, 1 launch"),
@@ -138,7 +178,7 @@ def compile_specs(target: KernelTarget):
                       {"predict_ptr": f"*{index_type}", "predict_stride": "i64", "accept_index_ptr": f"*{index_type}",
                        "index_stride_row": "i64", "index_stride_col": "i64", "accept_lens_ptr": f"*{index_type}",
                        "lens_stride": "i64", "out_ptr": f"*{index_type}", "rows": "i32", "width": "i32",
-                       "num_predict": "i64", "BLOCK": "constexpr"}, {"BLOCK": 128}, 4))
+                       "num_predict": "i64", "flag_ptr": "*i64", "flag_code": "i64", "BLOCK": "constexpr"}, {"BLOCK": 128}, 4))
         for data_type in _DATA_TYPES:
             for columns in (1, 4096):
                 tile_rows, block, warps = compact_launch(target, columns, _SIZES[data_type])
@@ -146,7 +186,8 @@ def compile_specs(target: KernelTarget):
                               {"x_ptr": f"*{data_type}", "x_stride": "i64", "out_ptr": f"*{data_type}",
                                "accept_index_ptr": f"*{index_type}", "index_stride_row": "i64", "index_stride_col": "i64",
                                "accept_lens_ptr": f"*{index_type}", "lens_stride": "i64", "num_nodes": "i64", "width": "i64",
-                               "total_rows": "i64", "columns": "i64", "ROWS": "constexpr", "BLOCK": "constexpr"},
+                               "total_rows": "i64", "columns": "i64", "flag_ptr": "*i64", "flag_code": "i64",
+                               "ROWS": "constexpr", "BLOCK": "constexpr"},
                               {"ROWS": tile_rows, "BLOCK": block}, warps))
     return specs
 

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from spec_hal import error_flag
 from spec_hal.device_buffers import allocate_persistent
-from spec_hal.kv import DraftSlots
+from spec_hal.kv import DraftSlots, record_move_values
 
 from .error_flag import ARGUMENT_STEP, record_invalid
 from .launch import KernelTarget
@@ -35,7 +35,7 @@ from .launch import KernelTarget
 @triton.jit
 def _accepted_moves_kernel(accept_index_ptr, index_stride_row, index_stride_col, accept_lens_ptr, lens_stride,
                            slots_ptr, slots_stride_row, slots_stride_col, src_ptr, dst_ptr,
-                           rows, width, num_nodes, BLOCK: tl.constexpr):
+                           rows, width, num_nodes, flag_ptr, flag_code, BLOCK: tl.constexpr):
     entry = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     in_range = entry < rows * width
     b = entry // width
@@ -44,6 +44,10 @@ def _accepted_moves_kernel(accept_index_ptr, index_stride_row, index_stride_col,
     accepted = in_range & (rank < length) & (rank < num_nodes)
     node = tl.load(accept_index_ptr + b * index_stride_row + rank * index_stride_col, mask=accepted, other=0).to(tl.int64)
     local = node - b * num_nodes
+    # Default-mode records (spec_hal.compaction.record_verdict_values): accept_lens outside
+    # [1, min(W, N)] at index b (from rank 0), a used entry outside the block at index b*W + rank.
+    record_invalid(flag_ptr, flag_code, in_range & (rank == 0) & ((length < 1) | (length > tl.minimum(width, num_nodes))), b)
+    record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, accepted & ((local < 0) | (local >= num_nodes)), entry)
     moved = accepted & (local != rank) & (local >= 0) & (local < num_nodes)
     source = tl.load(slots_ptr + b * slots_stride_row + local * slots_stride_col, mask=moved, other=-1)
     destination = tl.load(slots_ptr + b * slots_stride_row + rank * slots_stride_col, mask=moved, other=-1)
@@ -53,15 +57,20 @@ def _accepted_moves_kernel(accept_index_ptr, index_stride_row, index_stride_col,
 
 @triton.jit
 def _move_rows_kernel(base_ptr, cache_offsets_ptr, slot_stride, num_slots, row_length, src_ptr, dst_ptr, num_moves,
-                      CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+                      check_slots, flag_ptr, flag_code, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
     cache_base = base_ptr + tl.load(cache_offsets_ptr + tl.program_id(0))
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     in_row = cols < row_length
+    # Default-mode records (spec_hal.kv.record_move_values), by program (0, 0): entries other than
+    # -1 outside [0, check_slots) (the smallest num_slots of ALL caches) at index i.
+    records = (tl.program_id(0) == 0) & (tl.program_id(1) == 0)
     for start in range(0, num_moves, CHUNK):
         moves = start + tl.arange(0, CHUNK)
         in_list = moves < num_moves
         source = tl.load(src_ptr + moves, mask=in_list, other=-1).to(tl.int64)
         destination = tl.load(dst_ptr + moves, mask=in_list, other=-1).to(tl.int64)
+        record_invalid(flag_ptr, flag_code, records & ((source < -1) | (source >= check_slots)) & in_list, moves)
+        record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, records & ((destination < -1) | (destination >= check_slots)) & in_list, moves)
         valid = (source >= 0) & (destination >= 0) & (source < num_slots) & (destination < num_slots)
         mask = valid[:, None] & in_row[None, :]
         values = tl.load(cache_base + source[:, None] * slot_stride + cols[None, :], mask=mask)
@@ -130,7 +139,7 @@ def accepted_kv_moves(verdict, slots, *, out=None, target: KernelTarget):
     _accepted_moves_kernel[(triton.cdiv(rows * width, block),)](
         verdict.accept_index, verdict.accept_index.stride(0), verdict.accept_index.stride(1),
         verdict.accept_lens, verdict.accept_lens.stride(0), slots, slots.stride(0), slots.stride(1),
-        out[0], out[1], rows, width, slots.shape[1], BLOCK=block, num_warps=1 if target.vendor == "interpreter" else 4,
+        out[0], out[1], rows, width, slots.shape[1], error_flag.flag(slots.device), _ACCEPTED_MOVES_CODE, BLOCK=block, num_warps=1 if target.vendor == "interpreter" else 4,
     )
     return out[0], out[1]
 
@@ -213,15 +222,18 @@ def move_kv(caches, src, dst, *, target: KernelTarget):
     if num_moves == 0:
         return None
     src, dst = src.contiguous(), dst.contiguous()  # the kernel indexes the move lists with unit stride
+    # Every launch records the same codes (program (0, 0) of each; the atomic min keeps one).
+    check_slots, flag, launched = min(cache.shape[0] for cache in caches), error_flag.flag(src.device), False
     for (dtype, row_length, slot_stride, num_slots, _), group in _groups(caches):
         if row_length == 0 or num_slots == 0:
             continue
+        launched = True
         # fp8 rows are moved as bytes: a bit copy needs no fp8 support in the interpreter.
         base = group[0].view(torch.uint8) if dtype.is_floating_point and group[0].element_size() == 1 else group[0]
         block, chunk, warps = move_launch(target, row_length, group[0].element_size())
         _move_rows_kernel[(len(group), triton.cdiv(row_length, block))](
             base, _offset_table(group, src.device), slot_stride, num_slots, row_length, src, dst, num_moves,
-            CHUNK=chunk, BLOCK=block, num_warps=warps,
+            check_slots, flag, _MOVE_KV_CODE, CHUNK=chunk, BLOCK=block, num_warps=warps,
         )
     return None
 
@@ -245,6 +257,10 @@ def assign_draft_slots(req_to_token, *, req_pool_indices, seq_lens, num_steps, t
     return DraftSlots(*out)
 
 
+# The ops' first error-flag codes (the second argument is + ARGUMENT_STEP).
+_ACCEPTED_MOVES_CODE = error_flag.code("accepted_kv_moves", "verdict.accept_lens")
+_MOVE_KV_CODE = error_flag.code("move_kv", "src")
+
 PROVIDERS = {
     "accepted_kv_moves": (accepted_kv_moves, "kernels/kv.py: one lane per (request, rank), bs*(S+1) entries, 1 launch"),
     "move_kv": (move_kv, "kernels/kv.py: chunked gather/barrier/scatter, 1 launch per (dtype, row, stride) group of caches"),
@@ -263,7 +279,8 @@ def compile_specs(target: KernelTarget):
                       {"accept_index_ptr": f"*{index_type}", "index_stride_row": "i64", "index_stride_col": "i64",
                        "accept_lens_ptr": f"*{index_type}", "lens_stride": "i64", "slots_ptr": f"*{index_type}",
                        "slots_stride_row": "i64", "slots_stride_col": "i64", "src_ptr": f"*{index_type}",
-                       "dst_ptr": f"*{index_type}", "rows": "i64", "width": "i64", "num_nodes": "i64", "BLOCK": "constexpr"},
+                       "dst_ptr": f"*{index_type}", "rows": "i64", "width": "i64", "num_nodes": "i64",
+                       "flag_ptr": "*i64", "flag_code": "i64", "BLOCK": "constexpr"},
                       {"BLOCK": 256}, 4))
         for data_type, size in _TYPES.items():
             for row_length in (3, 1024):
@@ -271,7 +288,7 @@ def compile_specs(target: KernelTarget):
                 specs.append((_move_rows_kernel,
                               {"base_ptr": f"*{data_type}", "cache_offsets_ptr": "*i64", "slot_stride": "i64", "num_slots": "i64",
                                "row_length": "i64", "src_ptr": f"*{index_type}", "dst_ptr": f"*{index_type}", "num_moves": "i64",
-                               "CHUNK": "constexpr", "BLOCK": "constexpr"},
+                               "check_slots": "i64", "flag_ptr": "*i64", "flag_code": "i64", "CHUNK": "constexpr", "BLOCK": "constexpr"},
                               {"CHUNK": chunk, "BLOCK": block}, warps))
         for steps, topk, page in ((3, 1, 1), (5, 4, 16)):
             holes = (topk - 1) * (page - 1)

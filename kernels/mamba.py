@@ -21,12 +21,15 @@ import torch
 import triton
 import triton.language as tl
 
+from spec_hal import error_flag
 from spec_hal.mamba import MambaCommit, commit_bytes_per_request
 
+from .error_flag import ARGUMENT_STEP, record_invalid
 from .launch import KernelTarget, cdiv, next_power_of_2
 
 MAX_GRID_Y = 65535  # CUDA/HIP limit of grid dimension 1: requests per launch
 STEPS_BLOCK = 1024
+STEPS_WARPS = 8  # 1024 requests x a dozen int64 vectors: 4 warps spill on gfx942 (compile matrix)
 
 
 @triton.jit
@@ -39,8 +42,8 @@ def _offset(index, stride):
 def _scatter_state_kernel(
     dst_ptr, src_ptr, dst_slots_ptr, src_steps_ptr, src_rows_ptr,
     dst_stride_layer, dst_stride_slot, src_stride_layer, src_stride_row, src_stride_step,
-    num_slots, num_steps, num_rows, state_numel, tiles_per_state, first_request,
-    HAS_ROWS: tl.constexpr, BLOCK: tl.constexpr,
+    num_slots, num_steps, num_rows, state_numel, tiles_per_state, first_request, flag_ptr, flag_code,
+    HAS_ROWS: tl.constexpr, RECORD: tl.constexpr, BLOCK: tl.constexpr,
 ):
     program = tl.program_id(0)
     layer = program // tiles_per_state
@@ -52,6 +55,12 @@ def _scatter_state_kernel(
         row = tl.load(src_rows_ptr + request).to(tl.int64)
     else:
         row = request.to(tl.int64)
+    if RECORD:  # the error flag's rules (spec_hal.mamba.record_scatter_values); program 0 of a request
+        copies = (program == 0) & (slot >= 0) & (step >= 0)
+        record_invalid(flag_ptr, flag_code, (program == 0) & ((slot < -1) | (copies & (slot >= num_slots))), request)
+        record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, (program == 0) & ((step < -1) | (copies & (step >= num_steps))), request)
+        if HAS_ROWS:
+            record_invalid(flag_ptr, flag_code + 2 * ARGUMENT_STEP, copies & ((row < 0) | (row >= num_rows)), request)
     active = (slot >= 0) & (slot < num_slots) & (step >= 0) & (step < num_steps) & (row >= 0) & (row < num_rows)
     # A skipped request's indices become 0 so that even its masked addresses stay in range.
     slot = tl.where(active, slot, 0)
@@ -66,38 +75,47 @@ def _scatter_state_kernel(
 
 
 @triton.jit
-def _local_node(accept_index_ptr, stride_request, request, position, nodes, mask):
-    """Local node id at ``position`` of each request's path (int64); -1 where it holds -1."""
+def _local_node(accept_index_ptr, stride_request, request, position, nodes, mask, flag_ptr, flag_code, width):
+    """Local node id at ``position`` of each request's path (int64); -1 where it holds -1 or an
+    id outside the own block, which (not being -1 padding) is recorded at b * width + position."""
     global_id = tl.load(accept_index_ptr + _offset(request, stride_request) + position, mask=mask, other=-1).to(tl.int64)
     local = global_id - _offset(request, nodes)
-    return tl.where((local >= 0) & (local < nodes), local, -1)  # ids outside the own block: -1
+    own = (local >= 0) & (local < nodes)
+    record_invalid(flag_ptr, flag_code, (global_id != -1) & ~own, _offset(request, width) + position)
+    return tl.where(own, local, -1)
 
 
 @triton.jit
 def _commit_steps_kernel(
     accept_index_ptr, accept_lens_ptr, seq_lens_ptr, slots_ptr, track_slots_ptr, src_rows_ptr,
     steps_ptr, index_ptr, bytes_moved_ptr,
-    batch, accept_stride, width, nodes, track_interval, num_slots, num_rows, bytes_per_request,
+    batch, accept_stride, width, nodes, track_interval, num_slots, num_rows, bytes_per_request, flag_ptr, flag_code,
     HAS_TRACK: tl.constexpr, FOR_COMMIT: tl.constexpr, HAS_ROWS: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """steps (2, batch): last_step, track_step. FOR_COMMIT: index (2, 2*batch) = destination
     slots and source rows of the (commit, track) sets (written only with HAS_TRACK), and
-    bytes_moved = active copies x bytes_per_request."""
+    bytes_moved = active copies x bytes_per_request. Error flag (``flag_code``: the op's first
+    argument, verdict.accept_lens; then accept_index, seq_lens, slots, track_slots, src_rows):
+    the rules of spec_hal.mamba._commit_steps and record_commit_values."""
     copies = tl.zeros([BLOCK], dtype=tl.int64)
     for start in range(0, batch, BLOCK):
         request = start + tl.arange(0, BLOCK)
         in_batch = request < batch
         lens = tl.load(accept_lens_ptr + request, mask=in_batch, other=1).to(tl.int64)
+        record_invalid(flag_ptr, flag_code, (lens < 1) | (lens > width), request)
         last_position = tl.minimum(tl.maximum(lens - 1, 0), width - 1)
-        last_step = _local_node(accept_index_ptr, accept_stride, request, last_position, nodes, in_batch)
+        last_step = _local_node(accept_index_ptr, accept_stride, request, last_position, nodes, in_batch,
+                                flag_ptr, flag_code + ARGUMENT_STEP, width)
         track_step = tl.full([BLOCK], -1, dtype=tl.int64)
         if HAS_TRACK:
             pre = tl.load(seq_lens_ptr + request, mask=in_batch, other=0).to(tl.int64)
+            record_invalid(flag_ptr, flag_code + 2 * ARGUMENT_STEP, pre < 0, request)
             post = pre + lens
             crossed = (pre >= 0) & (post >= 0) & ((pre // track_interval) != (post // track_interval))
             boundary = (post // track_interval) * track_interval
             track_position = tl.minimum(tl.maximum(boundary - pre - 1, 0), width - 1)
-            track_step = _local_node(accept_index_ptr, accept_stride, request, track_position, nodes, in_batch & crossed)
+            track_step = _local_node(accept_index_ptr, accept_stride, request, track_position, nodes, in_batch & crossed,
+                                     flag_ptr, flag_code + ARGUMENT_STEP, width)
         tl.store(steps_ptr + request, last_step.to(tl.int32), mask=in_batch)
         tl.store(steps_ptr + batch + request, track_step.to(tl.int32), mask=in_batch)
         if FOR_COMMIT:
@@ -107,10 +125,15 @@ def _commit_steps_kernel(
                 row = request.to(tl.int64)
             row_ok = in_batch & (row >= 0) & (row < num_rows)
             slot = tl.load(slots_ptr + request, mask=in_batch, other=-1).to(tl.int64)
+            record_invalid(flag_ptr, flag_code + 3 * ARGUMENT_STEP, (slot < -1) | ((last_step >= 0) & (slot >= num_slots)), request)
+            wants_copy = (slot >= 0) & (last_step >= 0)  # the row matters (and is recorded) only here
             active = row_ok & (slot >= 0) & (slot < num_slots) & (last_step >= 0) & (last_step < nodes)
             copies += active.to(tl.int64)
             if HAS_TRACK:
                 track_slot = tl.load(track_slots_ptr + request, mask=in_batch, other=-1).to(tl.int64)
+                record_invalid(flag_ptr, flag_code + 4 * ARGUMENT_STEP,
+                               (track_slot < -1) | ((track_step >= 0) & (track_slot >= num_slots)), request)
+                wants_copy |= (track_slot >= 0) & (track_step >= 0)
                 active = row_ok & (track_slot >= 0) & (track_slot < num_slots) & (track_step >= 0) & (track_step < nodes)
                 copies += active.to(tl.int64)
                 # Out-of-range slots and rows become -1 before the int32 store: truncating an
@@ -122,22 +145,14 @@ def _commit_steps_kernel(
                 tl.store(index_ptr + batch + request, track32, mask=in_batch)
                 tl.store(index_ptr + 2 * batch + request, row32, mask=in_batch)
                 tl.store(index_ptr + 3 * batch + request, row32, mask=in_batch)
+            if HAS_ROWS:
+                record_invalid(flag_ptr, flag_code + 5 * ARGUMENT_STEP, wants_copy & ((row < 0) | (row >= num_rows)), request)
     if FOR_COMMIT:
         tl.store(bytes_moved_ptr, tl.sum(copies, axis=0) * bytes_per_request)
 
 
 # ---------------------------------------------------------------------------------------------
 # launch configs
-
-
-def steps_config(target: KernelTarget, batch: int) -> tuple[int, int]:
-    """(BLOCK requests per loop step, num_warps) of ``_commit_steps_kernel``: at least 4 warps, and
-    at most 4 requests per thread (8 per thread, 4 warps at BLOCK 1024, left an 8-byte local frame
-    on sm_90/sm_100: each request carries a dozen int64 values)."""
-    block = min(max(next_power_of_2(max(batch, 1)), 16), STEPS_BLOCK)
-    if target.vendor == "interpreter":
-        return block, 4
-    return block, target.warps(max(4 * target.warp_size, block // 4))
 
 
 def scatter_config(target: KernelTarget, element_size: int, state_numel: int) -> tuple[int, int]:
@@ -162,7 +177,9 @@ def _vector(tensor: torch.Tensor) -> torch.Tensor:
 # host functions
 
 
-def _launch_scatter(*, dst, src, dst_slots, src_steps, src_rows, target: KernelTarget) -> None:
+def _launch_scatter(*, dst, src, dst_slots, src_steps, src_rows, record: bool, target: KernelTarget) -> None:
+    """``record``: the launch of ``scatter_mamba_state`` itself records its index rules in the error
+    flag; commit's scatters do not (its steps kernel recorded the caller's arguments)."""
     requests = dst_slots.shape[0]
     state_numel = math.prod(dst.shape[2:])
     if requests == 0 or dst.shape[0] == 0 or state_numel == 0:
@@ -175,18 +192,19 @@ def _launch_scatter(*, dst, src, dst_slots, src_steps, src_rows, target: KernelT
             dst, src, dst_slots, src_steps, rows,
             dst.stride(0), dst.stride(1), src.stride(0), src.stride(1), src.stride(2),
             dst.shape[1], src.shape[2], src.shape[1], state_numel, tiles, first,
-            HAS_ROWS=src_rows is not None, BLOCK=block, num_warps=warps,
+            error_flag.flag(dst.device), error_flag.code("scatter_mamba_state", "dst_slots"),
+            HAS_ROWS=src_rows is not None, RECORD=record, BLOCK=block, num_warps=warps,
         )
 
 
 def scatter_mamba_state(*, dst, src, dst_slots, src_steps, src_rows=None, target: KernelTarget) -> torch.Tensor:
     """Triton provider of ``scatter_mamba_state`` (validated by the caller; see spec_hal.mamba)."""
     _launch_scatter(dst=dst, src=src, dst_slots=_vector(dst_slots), src_steps=_vector(src_steps),
-                    src_rows=src_rows, target=target)
+                    src_rows=src_rows, record=True, target=target)
     return dst
 
 
-def _steps_launch(verdict, seq_lens, *, track_interval, steps, target: KernelTarget, slots=None, track_slots=None, src_rows=None,
+def _steps_launch(verdict, seq_lens, *, op, track_interval, steps, slots=None, track_slots=None, src_rows=None,
                   index=None, bytes_moved=None, num_slots=0, num_rows=0, bytes_per_request=0) -> None:
     """Run ``_commit_steps_kernel``; with ``bytes_moved`` also the commit outputs (see the kernel)."""
     accept_index = verdict.accept_index
@@ -194,7 +212,6 @@ def _steps_launch(verdict, seq_lens, *, track_interval, steps, target: KernelTar
         accept_index = accept_index.contiguous()
     placeholder = steps  # pointer arguments a variant never reads
     has_track = track_interval is not None
-    block, warps = steps_config(target, verdict.batch_size)
     _commit_steps_kernel[(1,)](
         accept_index, _vector(verdict.accept_lens), _vector(seq_lens),
         placeholder if slots is None else slots,
@@ -203,8 +220,9 @@ def _steps_launch(verdict, seq_lens, *, track_interval, steps, target: KernelTar
         steps, placeholder if index is None else index, placeholder if bytes_moved is None else bytes_moved,
         verdict.batch_size, accept_index.stride(0), accept_index.shape[1], verdict.num_nodes,
         track_interval if has_track else 1, num_slots, num_rows, bytes_per_request,
+        error_flag.flag(steps.device), error_flag.code(op, "verdict.accept_lens"),
         HAS_TRACK=has_track, FOR_COMMIT=bytes_moved is not None, HAS_ROWS=src_rows is not None,
-        BLOCK=block, num_warps=warps,
+        BLOCK=min(max(next_power_of_2(verdict.batch_size), 16), STEPS_BLOCK), num_warps=STEPS_WARPS,
     )
 
 
@@ -213,7 +231,7 @@ def mamba_commit_steps(verdict, seq_lens, *, track_interval: Optional[int] = Non
     bs = verdict.batch_size
     steps = torch.empty((2, bs), dtype=torch.int32, device=verdict.device)
     if bs:
-        _steps_launch(verdict, seq_lens, track_interval=track_interval, steps=steps, target=target)
+        _steps_launch(verdict, seq_lens, op="mamba_commit_steps", track_interval=track_interval, steps=steps)
     return steps[0], steps[1]
 
 
@@ -232,7 +250,7 @@ def commit_mamba_state(
     track_slots = None if track_slots is None else _vector(track_slots)
     src_rows = None if src_rows is None else _vector(src_rows)
     index = torch.empty((2, 2 * bs), dtype=torch.int32, device=device) if track_slots is not None else None
-    _steps_launch(verdict, seq_lens, track_interval=track_interval, steps=steps, target=target, slots=slots, track_slots=track_slots,
+    _steps_launch(verdict, seq_lens, op="commit_mamba_state", track_interval=track_interval, steps=steps, slots=slots, track_slots=track_slots,
                   src_rows=src_rows, index=index, bytes_moved=bytes_moved, num_slots=ssm_state.shape[1],
                   num_rows=ssm_intermediate.shape[1], bytes_per_request=commit_bytes_per_request(ssm_state, conv_state))
     if index is None:  # commit set only: the caller's slots and rows, our last_step
@@ -240,7 +258,8 @@ def commit_mamba_state(
     else:  # (commit, track) concatenated by the steps kernel
         dst_slots, src_steps, rows = index[0], steps.view(-1), index[1]
     for state, scratch in ((ssm_state, ssm_intermediate), (conv_state, conv_intermediate)):
-        _launch_scatter(dst=state, src=scratch, dst_slots=dst_slots, src_steps=src_steps, src_rows=rows, target=target)
+        _launch_scatter(dst=state, src=scratch, dst_slots=dst_slots, src_steps=src_steps, src_rows=rows, record=False,
+                        target=target)
     return MambaCommit(steps[0], steps[1], bytes_moved)
 
 
@@ -272,8 +291,10 @@ def compile_specs(target: KernelTarget):
                 "dst_stride_layer", "dst_stride_slot", "src_stride_layer", "src_stride_row", "src_stride_step")})
             signature.update({name: "i32" for name in (
                 "num_slots", "num_steps", "num_rows", "state_numel", "tiles_per_state", "first_request")})
-            signature.update({"HAS_ROWS": "constexpr", "BLOCK": "constexpr"})
-            specs.append((_scatter_state_kernel, signature, {"HAS_ROWS": rows_type is not None, "BLOCK": block}, warps))
+            signature.update({"flag_ptr": "*i64", "flag_code": "i64", "HAS_ROWS": "constexpr", "RECORD": "constexpr", "BLOCK": "constexpr"})
+            # scatter_mamba_state's own launches take the caller's int64 vectors and record
+            record = slots_type == "*i64" and steps_type == "*i64"
+            specs.append((_scatter_state_kernel, signature, {"HAS_ROWS": rows_type is not None, "RECORD": record, "BLOCK": block}, warps))
     for index_type in ("*i32", "*i64"):
         for has_track in (False, True):
             for for_commit in (False, True):
@@ -283,13 +304,10 @@ def compile_specs(target: KernelTarget):
                                  "steps_ptr": "*i32", "index_ptr": "*i32", "bytes_moved_ptr": "*i64"}
                     signature.update({name: "i32" for name in (
                         "batch", "accept_stride", "width", "nodes", "track_interval", "num_slots", "num_rows")})
-                    signature.update({"bytes_per_request": "i64", "HAS_TRACK": "constexpr", "FOR_COMMIT": "constexpr",
+                    signature.update({"bytes_per_request": "i64", "flag_ptr": "*i64", "flag_code": "i64", "HAS_TRACK": "constexpr", "FOR_COMMIT": "constexpr",
                                       "HAS_ROWS": "constexpr", "BLOCK": "constexpr"})
-                    # the smallest block, the largest at the minimum of 4 warps, the largest
-                    for batch in (1, STEPS_BLOCK // 2, STEPS_BLOCK):
-                        block, warps = steps_config(target, batch)
-                        constexprs = {"HAS_TRACK": has_track, "FOR_COMMIT": for_commit, "HAS_ROWS": has_rows, "BLOCK": block}
-                        specs.append((_commit_steps_kernel, signature, constexprs, warps))
+                    constexprs = {"HAS_TRACK": has_track, "FOR_COMMIT": for_commit, "HAS_ROWS": has_rows, "BLOCK": STEPS_BLOCK}
+                    specs.append((_commit_steps_kernel, signature, constexprs, STEPS_WARPS))
     return specs
 
 
@@ -299,6 +317,5 @@ def describe_launch(target: KernelTarget) -> list[str]:
         block, warps = scatter_config(target, element_size, state_numel)
         lines.append(f"scatter_mamba_state {label}: BLOCK={block}, {cdiv(state_numel, block)} tiles/layer/request, "
                      f"{warps} warps x {target.warp_size} lanes, grid (L x tiles, requests)")
-    block, warps = steps_config(target, STEPS_BLOCK)
-    lines.append(f"mamba_commit_steps: 1 program, BLOCK<={STEPS_BLOCK} ({warps} warps at BLOCK {block})")
+    lines.append(f"mamba_commit_steps: 1 program, BLOCK<={STEPS_BLOCK}, {STEPS_WARPS} warps")
     return lines

@@ -71,7 +71,8 @@ def apply_token_bitmask_(logits: torch.Tensor, token_bitmask: torch.Tensor, *, b
     if rows == 0:
         return logits
     block = _block(target, vocab)
-    index = bitmask_index if bitmask_index is not None else token_bitmask  # placeholder, never read
+    # the kernel reads the index with stride 1 (a sliced or expanded index is copied)
+    index = bitmask_index.contiguous() if bitmask_index is not None else token_bitmask  # placeholder, never read
     _apply_bitmask_kernel[(rows, cdiv(vocab, block))](
         logits, logits.stride(0), logits.stride(1), vocab, token_bitmask.contiguous(), index, token_bitmask.shape[0],
         token_bitmask.shape[1], BLOCK=block, HAS_INDEX=bitmask_index is not None, num_warps=target.warps(256))

@@ -9,13 +9,16 @@
   is an exact integer (levels, weights, keys, int64 sums) or a single correctly rounded float
   operation, so the result is bit-identical to the reference.
 * ``_hash_coins_kernel``: the counter-based coins (``hash(seed, offset, position, purpose)``),
-  int64 arithmetic emulating uint32 exactly as the reference does.
+  int64 arithmetic emulating uint32 exactly as the reference does (chains with draft_probs).
+* ``_fused_walk_kernel`` (grid: request blocks): the from-logits tree walk. A request computes the
+  statistics of a row (``_row_statistics``: the passes above, without the probability store)
+  only when its walk stands on it, gathers the candidates' logits there for the accept test, and
+  samples its final token from per-block sums of the last row's quantised residual kept in
+  registers plus one re-read of the crossing block. The per-request parameters are normalised
+  in the kernel (``_request_params``, exactly ``semantics.row_params``) and the seeded coins
+  hashed there, so a call is one launch. Rows off the path are never read.
 
-The from-logits verify ops process every row (bs*N) with ``_process_kernel`` and then run the
-``verify`` family's sampling walk kernels (kernels/verify.py) on the probabilities. (Processing
-only the rows the walk visits, fused into the walk, is the planned fast path: not done yet.)
-
-``BLOCK_R`` rows share a program: 1 on a GPU; many under the interpreter, so that the statistical
+``BLOCK_R`` rows (requests) share a program: 1 on a GPU; many under the interpreter, so that the statistical
 cases (thousands of rows) stay a few vectorised programs.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ from spec_hal.types import DraftTree, Verdict
 
 from . import verify as verify_kernels
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
+from .verify import _link, _pick, _quantize, _sanitize_coins, _store_verdict
 
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 NO_ID = tl.constexpr(2**31 - 1)
@@ -42,6 +46,7 @@ LEVEL_MASK = tl.constexpr((1 << semantics.LEVEL_BITS) - 1)
 ID_SCALE = tl.constexpr(1 << semantics.ID_BITS)
 ID_LAST = tl.constexpr((1 << semantics.ID_BITS) - 1)
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
+LOG2E_SCALED = tl.constexpr(semantics.LOG2E_SCALED)
 KEEP_ALL_KEY = tl.constexpr(semantics.LEVEL_MAX * (1 << semantics.ID_BITS) + (1 << semantics.ID_BITS) - 1)
 
 
@@ -76,14 +81,15 @@ def _weights(level, table_ptr):
 
 
 @triton.jit
-def _kept_weights(x, cols, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr):
-    """Steps 2-4: the kept weights (int64) of one vocabulary block."""
+def _kept_weights(x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr):
+    """Steps 2-4: the kept weights (int64, 0 outside ``ok``) of logits ``x`` (R, L) at token
+    ``ids`` (R, L) or (1, L) of their rows."""
     level = _levels(x, row_max, scale)
     weight = _weights(level, table_ptr)
-    rank_key = level * ID_SCALE + cols[None, :].to(tl.int64)
+    rank_key = level * ID_SCALE + ids.to(tl.int64)
     keep = ok & (rank_key <= key_cut[:, None]) & (level <= level_cut[:, None]) & (weight >= min_weight[:, None])
     kept = tl.where(keep, weight, 0)
-    return tl.where(greedy[:, None], tl.where(cols[None, :] == argmax[:, None], TOP_WEIGHT, 0), kept)
+    return tl.where(ok, tl.where(greedy[:, None], tl.where(ids == argmax[:, None], TOP_WEIGHT, 0), kept), 0)
 
 
 @triton.jit
@@ -104,16 +110,28 @@ def _fmix32(h):
 
 
 @triton.jit
-def _hash_coin(seed, offset, position, purpose):
-    """The counter-based coin in [0, 1 - 2^-24] (float32) of int64 (seed, offset, position)."""
-    h = tl.zeros_like(position) + 0x9E3779B9
+def _hash_key(seed, offset):
+    """The hash state after folding seed and offset (the part of ``_hash_coin`` shared by every
+    coin of a request)."""
+    h = tl.zeros_like(seed) + 0x9E3779B9
     h = _fmix32(h ^ (seed & 0xFFFFFFFF))
     h = _fmix32(h ^ ((seed >> 32) & 0xFFFFFFFF))
     h = _fmix32(h ^ (offset & 0xFFFFFFFF))
-    h = _fmix32(h ^ ((offset >> 32) & 0xFFFFFFFF))
-    h = _fmix32(h ^ (position & 0xFFFFFFFF))
+    return _fmix32(h ^ ((offset >> 32) & 0xFFFFFFFF))
+
+
+@triton.jit
+def _keyed_coin(key, position, purpose):
+    """``_hash_coin`` from a request's ``_hash_key``."""
+    h = _fmix32(key ^ (position & 0xFFFFFFFF))
     h = _fmix32(h ^ purpose)
     return (h >> 8).to(tl.float32) * (1.0 / 16777216.0)
+
+
+@triton.jit
+def _hash_coin(seed, offset, position, purpose):
+    """The counter-based coin in [0, 1 - 2^-24] (float32) of int64 (seed, offset, position)."""
+    return _keyed_coin(_hash_key(seed, offset), position, purpose)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -121,20 +139,13 @@ def _hash_coin(seed, offset, position, purpose):
 
 
 @triton.jit
-def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, rows_per_request,
-                    greedy_ptr, scale_ptr, top_k_ptr, top_p_ptr, min_weight_ptr, table_ptr, probs_ptr, lse_ptr,
+def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
                     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
-    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
-    request = tl.where(row_ok, row // rows_per_request, 0)
-    greedy = tl.load(greedy_ptr + request, mask=row_ok, other=1) != 0
-    scale = tl.load(scale_ptr + request, mask=row_ok, other=1.0)
-    top_k = tl.load(top_k_ptr + request, mask=row_ok, other=0)
-    top_p = tl.load(top_p_ptr + request, mask=row_ok, other=1.0)
-    min_weight = tl.load(min_weight_ptr + request, mask=row_ok, other=0)
-    row_offsets = row.to(tl.int64) * stride_row
+    """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
+    top-p level cut, kept total W'). Passes over a row: one for max/argmax(/lse); with top-p on,
+    one for the total weight; with top-p or top-k on, the 16-step level search, one tie count and
+    (only when the top-k cut splits a tie) the id search; one for the kept total."""
     num_blocks = tl.cdiv(vocab, BLOCK_V)
-
     # Pass 1: max, argmax (lowest id of the max) and, for raw logprobs, the online log-sum-exp.
     row_max = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
     argmax = tl.zeros([BLOCK_R], dtype=tl.int32)
@@ -153,13 +164,11 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
             block_sum = tl.sum(tl.where(finite[:, None], tl.exp(x - new_max[:, None]), 0.0), axis=1)
             sum_exp = sum_exp * rescale + block_sum
         row_max = new_max
-    if WANT_LSE:
-        lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
-        tl.store(lse_ptr + row, lse, mask=row_ok)
+    lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
 
     # The cuts, by bitwise searches for the largest level L whose (monotone) predicate holds:
     # top-p's float64(mass of levels < L) < top_p * W, top-k's count(levels < L) < k. The two
-    # searches share their passes over the row.
+    # searches share their passes over the row; rows with neither mask skip them.
     use_top_p = row_ok & (greedy == 0) & (top_p < 1)
     use_top_k = row_ok & (greedy == 0) & (top_k > 0)
     level_cut = tl.full([BLOCK_R], LEVEL_MAX, dtype=tl.int64)
@@ -169,13 +178,14 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
         if tl.max(use_top_p.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                ok = row_ok[:, None] & (cols[None, :] < vocab)
+                ok = use_top_p[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                 total += tl.sum(tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr), 0), axis=1)
         bound = top_p * total.to(tl.float64)
         cut_p = tl.zeros([BLOCK_R], dtype=tl.int64)
         cut_k = tl.zeros([BLOCK_R], dtype=tl.int64)
         below_k = tl.zeros([BLOCK_R], dtype=tl.int64)  # count(levels < cut_k)
+        searching = use_top_p | use_top_k
         for step in range(LEVEL_SEARCH_BITS):
             bit = tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - step)
             candidate_p = cut_p | bit
@@ -184,7 +194,7 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
             count = tl.zeros([BLOCK_R], dtype=tl.int64)
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                ok = row_ok[:, None] & (cols[None, :] < vocab)
+                ok = searching[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                 level = _levels(x, row_max, scale)
                 mass += tl.sum(tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr), 0), axis=1)
@@ -200,7 +210,7 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
         if tl.max(use_top_k.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                ok = row_ok[:, None] & (cols[None, :] < vocab)
+                ok = use_top_k[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                 tied += tl.sum(tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0), axis=1).to(tl.int64)
         id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
@@ -213,7 +223,7 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
                 count = tl.zeros([BLOCK_R], dtype=tl.int64)
                 for k in range(num_blocks):
                     cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                    ok = row_ok[:, None] & (cols[None, :] < vocab)
+                    ok = split_tie[:, None] & (cols[None, :] < vocab)
                     x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                     hit = ok & (_levels(x, row_max, scale) == cut_k[:, None]) & (cols[None, :].to(tl.int64) < candidate[:, None])
                     count += tl.sum(tl.where(hit, 1, 0), axis=1).to(tl.int64)
@@ -221,23 +231,49 @@ def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, ro
             id_cut = tl.where(split_tie, found, id_cut)
         key_cut = tl.where(use_top_k, cut_k * ID_SCALE + id_cut, key_cut)
 
-    # The kept total, then the probabilities (one correctly rounded float32 division each).
+    # The kept total W'.
     kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
     for k in range(num_blocks):
         cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
         ok = row_ok[:, None] & (cols[None, :] < vocab)
         x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-        kept = _kept_weights(x, cols, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-        kept_total += tl.sum(tl.where(ok, kept, 0), axis=1)
+        kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        kept_total += tl.sum(kept, axis=1)
+    return row_max, argmax, lse, key_cut, level_cut, kept_total
+
+
+@triton.jit
+def _probabilities(kept, kept_total):
+    """Step 5: float32(w) / float32(W') (one correctly rounded division), 0 where W' = 0."""
     denominator = tl.maximum(kept_total.to(tl.float32), 1.0)
-    for k in range(num_blocks):
+    probs = tl.math.div_rn(kept.to(tl.float32), tl.zeros_like(kept.to(tl.float32)) + denominator[:, None])
+    return tl.where(kept_total[:, None] > 0, probs, 0.0)
+
+
+@triton.jit
+def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, rows_per_request,
+                    greedy_ptr, scale_ptr, top_k_ptr, top_p_ptr, min_weight_ptr, table_ptr, probs_ptr, lse_ptr,
+                    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
+    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    request = tl.where(row_ok, row // rows_per_request, 0)
+    greedy = tl.load(greedy_ptr + request, mask=row_ok, other=1) != 0
+    scale = tl.load(scale_ptr + request, mask=row_ok, other=1.0)
+    top_k = tl.load(top_k_ptr + request, mask=row_ok, other=0)
+    top_p = tl.load(top_p_ptr + request, mask=row_ok, other=1.0)
+    min_weight = tl.load(min_weight_ptr + request, mask=row_ok, other=0)
+    row_offsets = row.to(tl.int64) * stride_row
+    row_max, argmax, lse, key_cut, level_cut, kept_total = _row_statistics(
+        logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
+        BLOCK_R, BLOCK_V, WANT_LSE)
+    if WANT_LSE:
+        tl.store(lse_ptr + row, lse, mask=row_ok)
+    for k in range(tl.cdiv(vocab, BLOCK_V)):
         cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
         ok = row_ok[:, None] & (cols[None, :] < vocab)
         x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-        kept = _kept_weights(x, cols, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-        probs = tl.math.div_rn(kept.to(tl.float32), tl.zeros_like(kept.to(tl.float32)) + denominator[:, None])
-        probs = tl.where(kept_total[:, None] > 0, probs, 0.0)
-        tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], probs, mask=ok)
+        kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], _probabilities(kept, kept_total), mask=ok)
 
 
 @triton.jit
@@ -254,6 +290,196 @@ def _hash_coins_kernel(seed_ptr, offset_ptr, coins_ptr, final_ptr, bs, width, BL
              mask=request_ok[:, None] & (positions[None, :] < width))
     final = _hash_coin(seed, offset, tl.zeros([BLOCK_R], dtype=tl.int64), 2)
     tl.store(final_ptr + request, final, mask=request_ok)
+
+
+@triton.jit
+def _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                    tensor_params, req, req_ok, vocab):
+    """RowParams of (R,) requests (``semantics.row_params``, in the kernel: no launches on the
+    host). Bit b of ``tensor_params`` set: parameter b (temperature, top_k, top_p, min_p) comes
+    from its (bs,) tensor, else from the scalar (already float32 / a normalised int)."""
+    flags = tl.zeros_like(req) + tensor_params
+    temperature = tl.load(temperature_ptr + req, mask=req_ok & ((flags & 1) != 0), other=temperature_value).to(tl.float32)
+    greedy = (temperature > 0) == 0
+    scale = tl.math.div_rn(tl.zeros_like(temperature) + LOG2E_SCALED, tl.where(greedy, 1.0, temperature))
+    scale = tl.where(greedy, 1.0, scale)
+    top_k = tl.load(top_k_ptr + req, mask=req_ok & ((flags & 2) != 0), other=top_k_value).to(tl.int64)
+    top_k = tl.where((top_k > 0) & (top_k < vocab), top_k, 0).to(tl.int32)  # < V <= 2^23
+    top_p = tl.load(top_p_ptr + req, mask=req_ok & ((flags & 4) != 0), other=top_p_value).to(tl.float32).to(tl.float64)
+    top_p = tl.where(top_p < 1, top_p, 1.0)  # NaN: off
+    min_p = tl.load(min_p_ptr + req, mask=req_ok & ((flags & 8) != 0), other=min_p_value).to(tl.float32).to(tl.float64)
+    min_p = tl.where(min_p > 0, tl.where(min_p < 1, min_p, 1.0), 0.0)
+    scaled = min_p * TOP_WEIGHT  # exact: a power-of-two scale
+    min_weight = scaled.to(tl.int64)
+    min_weight = tl.where(min_weight.to(tl.float64) < scaled, min_weight + 1, min_weight)  # ceil
+    return greedy, scale, top_k, top_p, min_weight
+
+
+@triton.jit
+def _gather_logits(logits_ptr, row_offsets, ids, ok, stride_col):
+    """Sanitised float32 logits of (R,) rows at token ``ids`` (R, L); -inf outside ``ok``."""
+    x = tl.load(logits_ptr + row_offsets[:, None] + ids.to(tl.int64) * stride_col, mask=ok, other=float("-inf")).to(tl.float32)
+    x = tl.where(x != x, float("-inf"), x)
+    x = tl.minimum(x, FLT_MAX)
+    return tl.where(ok, x, float("-inf"))
+
+
+@triton.jit
+def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table_ptr,
+                       temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                       tensor_params, next_token_ptr, next_sibling_ptr, cand_ptr, coins_ptr, final_coins_ptr, seed_ptr, offset_ptr,
+                       predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, logprob_ptr, bs, nodes, num_steps,
+                       BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, NB_PAD: tl.constexpr,
+                       PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr):
+    """The from-logits tree walk: each request processes only the rows it stands on (the path
+    nodes), at the moment it stands there, then samples its final token from the last one.
+    LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1))."""
+    req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    req_ok = req < bs
+    greedy, scale, top_k, top_p, min_weight = _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value,
+                                                              top_k_value, top_p_value, min_p_value, tensor_params, req, req_ok, vocab)
+    lanes = tl.arange(0, N_PAD)
+    ok = req_ok[:, None] & (lanes[None, :] < nodes)
+    block_base = req.to(tl.int64) * nodes
+    node_ids = block_base[:, None] + lanes[None, :]
+    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
+    cand_ok = ok & (cand >= 0) & (cand < vocab)
+    key = tl.zeros([BLOCK_R], dtype=tl.int64)
+    if HASH_COINS:
+        key = _hash_key(tl.load(seed_ptr + req, mask=req_ok, other=0).to(tl.int64), tl.load(offset_ptr + req, mask=req_ok, other=0).to(tl.int64))
+
+    width_lanes = tl.arange(0, W_PAD)
+    last = tl.zeros([BLOCK_R], dtype=tl.int32)
+    num_correct = tl.zeros([BLOCK_R], dtype=tl.int32)
+    rejected = tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32)  # nodes rejected at the last node's row
+    rejected_q = tl.zeros([BLOCK_R, N_PAD], dtype=tl.int64)
+    on_path = tl.where(lanes[None, :] == 0, 1, tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32))
+    next_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
+    accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
+    logprobs = tl.full([BLOCK_R, W_PAD], float("nan"), dtype=tl.float32)
+    # The statistics of the row each request stands on (after the loop: its final row).
+    row_max = tl.zeros([BLOCK_R], dtype=tl.float32)
+    argmax = tl.zeros([BLOCK_R], dtype=tl.int32)
+    lse = tl.zeros([BLOCK_R], dtype=tl.float32)
+    key_cut = tl.zeros([BLOCK_R], dtype=tl.int64)
+    level_cut = tl.zeros([BLOCK_R], dtype=tl.int32)
+    kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
+    standing = req_ok
+    level = tl.zeros([BLOCK_R], dtype=tl.int32)
+    while tl.max(standing.to(tl.int32), axis=0) > 0:
+        node = block_base + last
+        row_offsets = node * stride_row
+        new_max, new_arg, new_lse, new_key, new_level, new_total = _row_statistics(
+            logits_ptr, row_offsets, standing, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
+            BLOCK_R, BLOCK_V, LOGPROBS == 1)
+        row_max = tl.where(standing, new_max, row_max)
+        argmax = tl.where(standing, new_arg, argmax)
+        if LOGPROBS == 1:
+            lse = tl.where(standing, new_lse, lse)
+        key_cut = tl.where(standing, new_key, key_cut)
+        level_cut = tl.where(standing, new_level.to(tl.int32), level_cut)  # levels < 2^16
+        kept_total = tl.where(standing, new_total, kept_total)
+        descend = standing & (level < num_steps) & (level < nodes - 1)  # never more than N - 1 accepts
+        rejected = tl.where(standing[:, None], 0, rejected)
+        rejected_q = tl.where(standing[:, None], 0, rejected_q)
+        if HASH_COINS:
+            coin = _keyed_coin(key, last.to(tl.int64), 1)
+        else:
+            coin = tl.load(coins_ptr + node, mask=descend, other=0.0)
+        coin = _sanitize_coins(coin)
+        # The processed probability of every candidate token at this row: one gathered load.
+        gather_ok = cand_ok & descend[:, None]
+        x = _gather_logits(logits_ptr, row_offsets, cand, gather_ok, stride_col)
+        kept = _kept_weights(x, cand, gather_ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        row_probs = _probabilities(kept, kept_total)
+        cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
+        acc = tl.zeros([BLOCK_R], dtype=tl.float32)
+        chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
+        scanned = tl.zeros([BLOCK_R], dtype=tl.int32)
+        while tl.max(cur, axis=0) >= 0:  # follow the child list to the first acceptance (at most N nodes)
+            scanning = cur >= 0
+            sibling = tl.load(next_sibling_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
+            token = _pick(cand, cur, lanes)
+            duplicate = tl.sum(tl.where((rejected != 0) & (cand == token[:, None]), 1, 0), axis=1) > 0
+            p = tl.where(duplicate, 0.0, _pick(row_probs, cur, lanes))
+            acc = tl.where(scanning, acc + p, acc)
+            hit = scanning & (coin < acc)
+            chosen = tl.where(hit, cur, chosen)
+            refused = (lanes[None, :] == cur[:, None]) & (scanning & (hit == 0))[:, None]
+            rejected = tl.where(refused, 1, rejected)
+            rejected_q = tl.where(refused, _quantize(p)[:, None], rejected_q)
+            scanned += 1
+            cur = tl.where(scanning & (hit == 0) & (scanned < nodes), _link(sibling, nodes).to(tl.int32), -1)
+        standing = chosen >= 0
+        if LOGPROBS == 1:
+            raw = tl.where(lse > float("-inf"), _pick(x, chosen, lanes) - lse, float("-inf"))
+            logprobs = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], raw[:, None], logprobs)
+        if LOGPROBS == 2:
+            processed = tl.log(_pick(row_probs, chosen, lanes))
+            logprobs = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], processed[:, None], logprobs)
+        next_tokens = tl.where((lanes[None, :] == last[:, None]) & standing[:, None], _pick(cand, chosen, lanes)[:, None], next_tokens)
+        last = tl.where(standing, chosen, last)
+        num_correct += standing.to(tl.int32)
+        level += 1
+        on_path = tl.where(lanes[None, :] == chosen[:, None], 1, on_path)
+        accept = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], block_base[:, None] + chosen[:, None], accept)
+
+    # The final token: inverse CDF over the last row's quantised residual (its rejected tokens
+    # removed), else over the row, else 0; per-block sums in registers, then the crossing block.
+    rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
+    final_offsets = (block_base + last) * stride_row
+    if HASH_COINS:
+        final_coin = _keyed_coin(key, tl.zeros([BLOCK_R], dtype=tl.int64), 2)
+    else:
+        final_coin = tl.load(final_coins_ptr + req, mask=req_ok, other=0.0)
+    final_coin = _sanitize_coins(final_coin)
+    blocks = tl.arange(0, NB_PAD)
+    row_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+    residual_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+    for k in range(tl.cdiv(vocab, BLOCK_V)):
+        cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
+        in_row = req_ok[:, None] & (cols[None, :] < vocab)
+        x = _load_logits(logits_ptr, final_offsets, cols, in_row, stride_col)
+        kept = _kept_weights(x, cols[None, :], in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        block_sum = tl.sum(_quantize(_probabilities(kept, kept_total)), axis=1)
+        in_block = (rejected_tokens >= k * BLOCK_V) & (rejected_tokens < (k + 1) * BLOCK_V)
+        removed = tl.sum(tl.where(in_block, rejected_q, 0), axis=1)
+        row_sums = tl.where(blocks[None, :] == k, block_sum[:, None], row_sums)
+        residual_sums = tl.where(blocks[None, :] == k, (block_sum - removed)[:, None], residual_sums)
+    use_residual = tl.sum(residual_sums, axis=1) > 0
+    sums = tl.where(use_residual[:, None], residual_sums, row_sums)
+    total = tl.sum(sums, axis=1)
+    threshold = tl.minimum((final_coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64), total - 1)
+    crossing = tl.sum(tl.where(tl.cumsum(sums, axis=1) <= threshold[:, None], 1, 0), axis=1)
+    before = tl.sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), axis=1)
+    index = crossing * BLOCK_V
+    for piece in range(BLOCK_V // PIECE):
+        cols = crossing[:, None] * BLOCK_V + piece * PIECE + tl.arange(0, PIECE)[None, :]
+        in_row = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
+        x = _gather_logits(logits_ptr, final_offsets, cols, in_row, stride_col)
+        kept = _kept_weights(x, cols, in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        values = _quantize(_probabilities(kept, kept_total))
+        removed = tl.sum(tl.where(cols[:, :, None] == rejected_tokens[:, None, :], 1, 0), axis=2) > 0
+        values = tl.where(use_residual[:, None] & removed, 0, values)
+        index += tl.sum(tl.where(tl.cumsum(values, axis=1) + before[:, None] <= threshold[:, None], 1, 0), axis=1)
+        before += tl.sum(values, axis=1)
+    final = tl.where(total > 0, index, 0).to(tl.int64)
+    if LOGPROBS != 0:
+        x = _gather_logits(logits_ptr, final_offsets, final[:, None], req_ok[:, None], stride_col)
+        if LOGPROBS == 1:
+            value = tl.where(lse[:, None] > float("-inf"), x - lse[:, None], float("-inf"))
+        else:
+            kept = _kept_weights(x, final[:, None], req_ok[:, None], row_max, argmax, scale, greedy, key_cut, level_cut, min_weight,
+                                 table_ptr)
+            value = tl.log(_probabilities(kept, kept_total))
+        logprobs = tl.where(width_lanes[None, :] == num_correct[:, None], value, logprobs)
+        width = num_steps + 1
+        tl.store(logprob_ptr + req.to(tl.int64)[:, None] * width + width_lanes[None, :], logprobs,
+                 mask=req_ok[:, None] & (width_lanes[None, :] < width))
+    next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
+    predict = tl.where(on_path != 0, next_tokens, -1)
+    _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
+                   req, req_ok, ok, node_ids, width_lanes, num_steps)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -275,6 +501,30 @@ def process_launch(target: KernelTarget, rows: int, vocab: int) -> ProcessLaunch
         block_r = max(1, min(next_power_of_2(max(rows, 1)), 2**18 // block_v))
         return ProcessLaunch(block_r, block_v, 1)
     return ProcessLaunch(1, min(2048, max(next_power_of_2(max(vocab, 1)), 128)), target.warps(256))
+
+
+@dataclass(frozen=True)
+class FusedLaunch:
+    requests: int  # BLOCK_R
+    block_v: int
+    piece: int  # width of the crossing block's pieces (bounds the rejected-token comparison)
+    warps: int
+
+
+def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> FusedLaunch:
+    """One request per program and 256 threads over a 1024-wide block on a GPU (the row passes
+    dominate; the walk between them is short); the interpreter vectorises many requests (tensors
+    capped at 2^16 elements per row block)."""
+    n_pad = _pow2(nodes)
+    if target.vendor == "interpreter":
+        block_v = min(max(next_power_of_2(max(vocab, 1)), 16), 4096)
+        piece = max(16, min(block_v, 2048 // n_pad))
+        requests = max(1, min(_pow2(bs), 2**16 // block_v, 2**18 // (piece * n_pad), 32768 // n_pad))
+        return FusedLaunch(requests, block_v, piece, 1)
+    # 4 logits a thread: 8 (2048 wide) leave an 88-byte local frame on sm_90 with unit stride
+    # (vectorised loads beside the int64 levels, weights and keys).
+    block_v = min(1024, max(next_power_of_2(max(vocab, 1)), 128))
+    return FusedLaunch(1, block_v, max(16, min(block_v, 1024 // n_pad)), target.warps(256))
 
 
 def _pow2(count: int) -> int:
@@ -326,16 +576,105 @@ def process_logits(logits: torch.Tensor, *, temperature, top_k=0, top_p=1.0, min
 def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, target_logits: torch.Tensor, *, temperature, top_k=0,
                                 top_p=1.0, min_p=0.0, seed=None, offset=None, generator=None, coins=None, final_coins=None,
                                 logprobs=None, top_logprobs=0, out: Optional[Verdict] = None, target: KernelTarget) -> semantics.SampledVerdict:
-    """Triton provider of ``verify_sampling_from_logits`` (arguments validated by the caller)."""
+    """Triton provider of ``verify_sampling_from_logits`` (arguments validated by the caller): the
+    fused walk processes only the rows each request stands on."""
     bs, nodes = candidates.shape
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
+    if _every_row_in_parallel(target, bs * nodes):
+        params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
+        probs, lse = _process_rows(logits, params, nodes, want_lse=logprobs == "raw", target=target)
+        accept, final = _coins(bs, nodes, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
+                               final_coins=final_coins, target=target)
+        verdict = verify_kernels.verify_sampling(tree, candidates, probs, accept, final, out=out, target=target)
+        return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
+    verdict, values = _fused_walk(tree, candidates, logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                                  offset=offset, generator=generator, coins=coins, final_coins=final_coins, logprobs=logprobs, out=out,
+                                  target=target)
+    if logprobs is None or not top_logprobs:
+        return semantics.SampledVerdict(verdict, values)
     params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
-    probs, lse = _process_rows(logits, params, nodes, want_lse=logprobs == "raw", target=target)
-    accept, final = _coins(bs, nodes, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
-                           final_coins=final_coins, target=target)
-    verdict = verify_kernels.verify_sampling(tree, candidates, probs, accept, final, out=out, target=target)
-    return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
+    return _with_top_logprobs(verdict, values, logits, params, logprobs, top_logprobs, target)
+
+
+def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
+    """Whether to process every row (one program per row, all at once) and then walk, rather than
+    run the fused walk. With no more rows than SMs/CUs (bs 1-8 at these tree sizes) every row is
+    processed in one wave, so the call costs one row's latency, while the fused walk processes a
+    request's path rows one after another in one program. The interpreter always runs the fused
+    walk (the conformance suite checks it there at every size). AMD never does yet: on gfx942 the
+    fused walk's per-request scalar state spills SGPRs (14 with one request a program, 61 with
+    two; offline compile matrix), so it is not compiled for AMD until that is solved."""
+    if target.vendor == "amd":
+        return True
+    return target.vendor != "interpreter" and rows <= target.multiprocessors
+
+
+def _scalar_or_tensor(value, dtype, placeholder: torch.Tensor, bit: int):
+    """(pointer, scalar, flag bit) of a per-request parameter for ``_request_params``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype), 0, bit
+    return placeholder, value, 0
+
+
+def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor, *, temperature, top_k, top_p, min_p, seed, offset,
+                generator, coins, final_coins, logprobs, out: Optional[Verdict], target: KernelTarget):
+    """(Verdict, emitted-token logprobs (bs, S+1) or None) of the fused walk on (bs*N, V) logits:
+    one launch (the parameters and the seeded coins are computed in the kernel)."""
+    bs, nodes = candidates.shape
+    vocab = logits.shape[-1]
+    width = tree.num_steps + 1
+    device = logits.device
+    out = verify_kernels._verdict_buffers(bs, nodes, width, device, out)
+    values = torch.empty((bs, width), dtype=torch.float32, device=device) if logprobs is not None else None
+    if bs == 0:
+        return out, values
+    table = semantics.exp2_table(device)
+    float_placeholder = values if values is not None else torch.empty(1, dtype=torch.float32, device=device)
+    if isinstance(top_k, torch.Tensor):
+        top_k_arg = _scalar_or_tensor(top_k, torch.int64, table, 2)
+    else:  # normalised on the host: off unless 0 < k < V (a Python int may exceed int64 range checks)
+        top_k_arg = (table, top_k if 0 < top_k < vocab else 0, 0)
+    params = (_scalar_or_tensor(temperature, torch.float32, float_placeholder, 1), top_k_arg,
+              _scalar_or_tensor(top_p, torch.float32, float_placeholder, 4), _scalar_or_tensor(min_p, torch.float32, float_placeholder, 8))
+    pointers = [param[0] for param in params]
+    scalars = [float(params[0][1]), int(params[1][1]), float(params[2][1]), float(params[3][1])]
+    flags = sum(param[2] for param in params)
+    hashed = seed is not None
+    if hashed:
+        accept, final = float_placeholder, float_placeholder
+    else:
+        accept, final = semantics.draw_coins(bs, nodes, device, seed=None, offset=None, generator=generator, coins=coins,
+                                             final_coins=final_coins)
+        accept, final = accept.contiguous(), final.contiguous()
+    config = fused_launch(target, bs, nodes, vocab)
+    num_blocks = cdiv(vocab, config.block_v)
+    _fused_walk_kernel[(cdiv(bs, config.requests),)](
+        logits, logits.stride(0), logits.stride(1), vocab, max(1, (vocab - 1).bit_length()), table,
+        *pointers, *scalars, flags,
+        tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), accept, final,
+        seed if hashed else table, offset if hashed else table,
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, float_placeholder, bs, nodes, tree.num_steps,
+        BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
+        PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=0 if logprobs is None else semantics.LOGPROB_MODES.index(logprobs) + 1,
+        num_warps=config.warps,
+    )
+    return out, values
+
+
+def _with_top_logprobs(verdict: Verdict, values, logits: torch.Tensor, params: semantics.RowParams, logprobs: str, top_n: int,
+                       target: KernelTarget) -> semantics.SampledVerdict:
+    """The top-n alternatives at the emitted positions: the path rows (bs*(S+1)) only are
+    processed again, not every row."""
+    bs, width = verdict.accept_index.shape
+    rows = verdict.accept_index.to(torch.int64).clamp(min=0).reshape(-1)
+    path_logits = logits[rows]
+    probs, lse = _process_rows(path_logits, params, width, want_lse=logprobs == "raw", target=target)
+    local = torch.arange(bs * width, dtype=torch.int32, device=rows.device).reshape(bs, width)
+    path_verdict = Verdict(verdict.predict[rows], torch.where(verdict.accept_index >= 0, local, verdict.accept_index), verdict.num_correct,
+                           verdict.accept_lens)
+    top = semantics.sampled_verdict(path_verdict, logprobs, top_n, probs, path_logits, lse)
+    return semantics.SampledVerdict(verdict, values, top.top_ids, top.top_logprobs)
 
 
 def _chain_tree(bs: int, steps: int, device) -> DraftTree:
@@ -353,12 +692,28 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
                                       final_coins=None, logprobs=None, top_logprobs=0, out: Optional[Verdict] = None,
                                       target: KernelTarget) -> semantics.SampledVerdict:
     """Triton provider of ``verify_chain_sampling_from_logits`` (arguments validated by the caller).
-    Without draft_probs the chain runs through the tree walk (a chain is a tree with one child
-    per level; the accept test ``u < p(x)`` and the residual ``p`` without x are the same)."""
+    Without draft_probs the chain runs through the fused tree walk (a chain is a tree with one
+    child per level; the accept test ``u < p(x)`` and the residual ``p`` without x are the same),
+    which processes only the rows up to the first rejection. With draft_probs every row is
+    processed, then ``verify_chain_sampling`` runs on the probabilities."""
     bs, steps = draft_ids.shape
     nodes = steps + 1
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
+    if draft_probs is None and not _every_row_in_parallel(target, bs * nodes):
+        candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
+        tree_coins = tree_final = None
+        if seed is None:  # the chain's coins (bs, S) drawn as the reference draws them, then a node-indexed (bs, N) table
+            accept, tree_final = semantics.draw_coins(bs, steps, logits.device, seed=None, offset=None, generator=generator, coins=coins,
+                                                      final_coins=final_coins)
+            tree_coins = torch.cat([accept, torch.zeros(bs, 1, dtype=torch.float32, device=accept.device)], dim=1)
+        verdict, values = _fused_walk(_chain_tree(bs, steps, draft_ids.device), candidates, logits, temperature=temperature, top_k=top_k,
+                                      top_p=top_p, min_p=min_p, seed=seed, offset=offset, generator=None, coins=tree_coins,
+                                      final_coins=tree_final, logprobs=logprobs, out=out, target=target)
+        if logprobs is None or not top_logprobs:
+            return semantics.SampledVerdict(verdict, values)
+        params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
+        return _with_top_logprobs(verdict, values, logits, params, logprobs, top_logprobs, target)
     params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
     probs, lse = _process_rows(logits, params, nodes, want_lse=logprobs == "raw", target=target)
     accept, final = _coins(bs, steps, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
@@ -367,7 +722,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
         candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
         tree_coins = torch.cat([accept, torch.zeros(bs, 1, dtype=torch.float32, device=accept.device)], dim=1)
         verdict = verify_kernels.verify_sampling(_chain_tree(bs, steps, draft_ids.device), candidates, probs, tree_coins, final,
-                                                 out=out, target=target)
+                                                 out=out, target=target, record_as_chain=True)
     else:
         verdict = verify_kernels.verify_chain_sampling(draft_ids, draft_probs, probs, accept, final, out=out, target=target)
     return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
@@ -376,9 +731,9 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
 PROVIDERS = {
     "process_logits": (process_logits, "kernels/sampling.py: exact integer processing (levels, bitwise top-k/top-p searches)"),
     "verify_sampling_from_logits": (verify_sampling_from_logits,
-                                    "kernels/sampling.py: processing of every row + hash coins + kernels/verify.py sampling walk"),
+                                    "kernels/sampling.py: fused walk processing only the rows it stands on (one launch)"),
     "verify_chain_sampling_from_logits": (verify_chain_sampling_from_logits,
-                                          "kernels/sampling.py: processing of every row + hash coins + kernels/verify.py chain/tree walk"),
+                                          "kernels/sampling.py: fused walk (greedy drafter) or every row + kernels/verify.py chain walk"),
 }
 
 
@@ -387,6 +742,8 @@ PROVIDERS = {
 
 _LOGIT_TYPES = ("fp32", "bf16", "fp16")
 _SHAPES = ((4, 32000), (1024, 151936), (6, 10))
+# (bs, N, V, S) of the fused walk: production shapes and an odd tiny one.
+_FUSED_SHAPES = ((1, 4, 32000, 3), (64, 16, 151936, 5), (3, 6, 10, 5))
 
 
 def compile_specs(target: KernelTarget):
@@ -405,6 +762,30 @@ def compile_specs(target: KernelTarget):
                 specs.append(runtime_specialized(target, _process_kernel, signature, constexprs, config.warps,
                                                  values={"stride_row": vocab, "stride_col": 1, "rows": rows, "vocab": vocab,
                                                          "id_bits": max(1, (vocab - 1).bit_length()), "rows_per_request": 8}))
+    fused_signature = {
+        "stride_row": "i64", "stride_col": "i64", "vocab": "i32", "id_bits": "i32", "table_ptr": "*i64",
+        "temperature_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "temperature_value": "fp32",
+        "top_k_value": "i32", "top_p_value": "fp32", "min_p_value": "fp32", "tensor_params": "i32",
+        "next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
+        "seed_ptr": "*i64", "offset_ptr": "*i64", "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32",
+        "accept_lens_ptr": "*i32", "logprob_ptr": "*fp32", "bs": "i32", "nodes": "i32", "num_steps": "i32",
+        **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS")}}
+    for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
+        config = fused_launch(target, bs, nodes, vocab)
+        shape_constexprs = {"BLOCK_R": config.requests, "BLOCK_V": config.block_v, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1),
+                            "NB_PAD": max(_pow2(cdiv(vocab, config.block_v)), 16), "PIECE": config.piece}
+        # Every logit type with seeded coins; the other coin source and the logprob modes on bf16.
+        variants = [(logit_type, True, 0) for logit_type in _LOGIT_TYPES] + [("bf16", False, 0), ("bf16", True, 1), ("bf16", True, 2)]
+        if vocab < 1024:  # the odd tiny shape: its own block widths, one variant
+            variants = [("fp32", True, 2)]
+        for logit_type, hashed, logprobs in variants:
+            signature = {"logits_ptr": f"*{logit_type}", **fused_signature}
+            constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs}
+            specs.append((_fused_walk_kernel, signature, constexprs, config.warps))
+            specs.append(runtime_specialized(target, _fused_walk_kernel, signature, constexprs, config.warps,
+                                             values={"stride_row": vocab, "stride_col": 1, "vocab": vocab,
+                                                     "id_bits": max(1, (vocab - 1).bit_length()), "top_k_value": 50, "tensor_params": 15,
+                                                     "bs": bs, "nodes": nodes, "num_steps": steps}))
     coin_signature = {"seed_ptr": "*i64", "offset_ptr": "*i64", "coins_ptr": "*fp32", "final_ptr": "*fp32", "bs": "i32", "width": "i32",
                       "BLOCK_R": "constexpr", "W_PAD": "constexpr"}
     for width in (4, 16):
@@ -417,4 +798,8 @@ def describe_launch(target: KernelTarget) -> list[str]:
     for rows, vocab in _SHAPES[:2]:
         config = process_launch(target, rows, vocab)
         lines.append(f"process rows={rows} V={vocab}: {config.rows} rows/program, BLOCK_V={config.block_v}, {config.warps} warps")
+    for bs, nodes, vocab, _ in _FUSED_SHAPES[:2] if target.vendor != "amd" else ():
+        config = fused_launch(target, bs, nodes, vocab)
+        lines.append(f"fused walk bs={bs} N={nodes} V={vocab}: {config.requests} requests/program, BLOCK_V={config.block_v}, "
+                     f"crossing block in pieces of {config.piece}, {config.warps} warps")
     return lines

@@ -37,9 +37,11 @@ import torch
 import triton
 import triton.language as tl
 
+from spec_hal import error_flag
 from spec_hal.types import DraftTree, Verdict
 import spec_hal.verify as semantics
 
+from .error_flag import record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 from .masks import mask_row_base, token_allowed
 
@@ -304,6 +306,7 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
                           coins_ptr, final_coins_ptr, threshold_single, threshold_acc,
                           predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
                           sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
+                          flag_ptr, flag_code, chain_shift,
                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr,
                           NB_PAD: tl.constexpr, SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -314,6 +317,10 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
     node_ids = block_base[:, None] + lanes[None, :]
     cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
+    # Error flag (spec_hal.verify.record_token_ids): ids < -1 or >= V, by the first chunk's program;
+    # chain_shift 1 when the walk runs a chain (drafts = nodes 1.., index b*S + j - 1).
+    record_invalid(flag_ptr, flag_code, (tl.program_id(1) == 0) & ok & ((cand < -1) | (cand >= vocab)),
+                   node_ids - (req.to(tl.int64)[:, None] + 1) * chain_shift)
     request_rows = req.to(tl.int64) * stride_pb
 
     width_lanes = tl.arange(0, W_PAD)
@@ -419,6 +426,7 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
 def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
                            coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
                            sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
+                           flag_ptr, flag_code,
                            BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, NB_PAD: tl.constexpr,
                            SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -428,6 +436,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     req64 = req.to(tl.int64)
     drafts = tl.load(draft_ids_ptr + req64[:, None] * steps + lanes[None, :], mask=step_ok, other=-1).to(tl.int64)
     draft_ok = step_ok & (drafts >= 0) & (drafts < vocab)
+    record_invalid(flag_ptr, flag_code, (tl.program_id(1) == 0) & step_ok & ((drafts < -1) | (drafts >= vocab)),
+                   req64[:, None] * steps + lanes[None, :])  # spec_hal.verify.record_token_ids
     p = _sanitize_probs(tl.load(probs_ptr + req64[:, None] * stride_pb + lanes[None, :].to(tl.int64) * stride_pn + drafts * stride_pv,
                                 mask=draft_ok, other=0.0))
     if HAS_MASK:  # target row s is row b * (S + 1) + s of the mask index
@@ -685,8 +695,11 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
 
 def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor,
                     *, threshold_single: float = 1.0, threshold_acc: float = 1.0, token_bitmask: Optional[torch.Tensor] = None,
-                    bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
-    """Triton provider of ``verify_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
+                    bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget,
+                    record_as_chain: bool = False) -> Verdict:
+    """Triton provider of ``verify_sampling`` (arguments validated by the caller; see spec_hal.verify).
+    ``record_as_chain``: the tree is a chain whose nodes 1.. are the drafts of a
+    ``verify_chain_sampling`` call; invalid ids are recorded as that op's ``draft_ids``."""
     bs, nodes = candidates.shape
     width = tree.num_steps + 1
     out = _verdict_buffers(bs, nodes, width, candidates.device, out)
@@ -701,7 +714,9 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
         target_probs, stride_b, stride_n, stride_v, coins.contiguous(), final_coins.contiguous(), float(threshold_single), float(threshold_acc),
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, vocab,
-        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args,
+        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(candidates.device),
+        error_flag.code(*(("verify_chain_sampling", "draft_ids") if record_as_chain else ("verify_sampling", "candidates"))),
+        int(record_as_chain),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, SUB=config.sub,
         NB_PAD=config.nb_pad, SPLIT=config.chunks > 1, **masks.flags, num_warps=config.warps,
     )
@@ -747,7 +762,8 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
     _chain_sampling_kernel[(cdiv(bs, config.requests), config.chunks)](
         draft_ids.contiguous(), draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
-        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args,
+        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(draft_ids.device),
+        error_flag.code("verify_chain_sampling", "draft_ids"),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
         SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, num_warps=config.warps,
     )
@@ -797,6 +813,7 @@ def compile_specs(target: KernelTarget):
                           num_masks=values.get("bs", 1) * 8 if has_mask else 0, mask_width=4748 if has_mask else 0, **values)
 
     walk_links = {"next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64"}
+    flag = {"flag_ptr": "*i64", "flag_code": "i64"}  # the error flag's two arguments
     verdict = {"predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32"}
     for bs, nodes, vocab, steps in _SHAPES:
         masked = (bs, nodes) == (64, 8)  # the token_bitmask variants at one production shape
@@ -831,20 +848,20 @@ def compile_specs(target: KernelTarget):
         add(_sampling_walk_kernel,
             {**walk_links, "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64",
              "coins_ptr": "*fp32", "final_coins_ptr": "*fp32", "threshold_single": "fp32", "threshold_acc": "fp32",
-             **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", **final, "BLOCK_R": "constexpr",
-             "N_PAD": "constexpr", "W_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}},
+             **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", **final, **flag, "chain_shift": "i32",
+             "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}},
             {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), **final_constexprs},
             sampling.warps, masked=masked, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
-            vocab=vocab, **final_values)
+            vocab=vocab, **final_values, flag_code=error_flag.code("verify_sampling", "candidates"), chain_shift=0)
         chain_steps = nodes - 1
         add(_chain_sampling_kernel,
             {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
              "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
-             "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", **final, "BLOCK_R": "constexpr",
+             "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", **final, **flag, "BLOCK_R": "constexpr",
              "N_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}, "HAS_DRAFT_PROBS": "constexpr"},
             {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), **final_constexprs, "HAS_DRAFT_PROBS": True},
             sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
-            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values)
+            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values, flag_code=error_flag.code("verify_chain_sampling", "draft_ids"))
     return specs
 
 

@@ -87,3 +87,31 @@ def out_tensors(name: str, out: object, specs: Sequence[tuple[tuple[int, ...], t
         if not buffer.is_contiguous():
             raise InvalidInput(f"{name}[{index}]", "a contiguous tensor", f"strides {buffer.stride()}")
     return out
+
+
+def may_overlap(value: torch.Tensor) -> bool:
+    """True when two indices of ``value`` may address one element (an expanded, stride-0 view, or
+    strides too small for the sizes). Sufficient test: sorted by stride, each dimension's stride
+    must exceed the span of all smaller-stride dimensions together; a non-overlapping but exotic
+    interleaved layout may fail it too, which is fine for the arguments it guards."""
+    if value.numel() == 0:
+        return False
+    span = 0  # elements spanned by the dimensions taken so far, minus one
+    for stride, size in sorted((stride, size) for size, stride in zip(value.shape, value.stride()) if size > 1):
+        if stride <= span:
+            return True
+        span += (size - 1) * stride
+    return False
+
+
+def writable(name: str, value: torch.Tensor) -> torch.Tensor:
+    """Check that an argument the op writes in place has no overlapping elements.
+
+    An expanded (stride 0) or otherwise self-overlapping destination makes the result depend on
+    the order of the writes (a race on a GPU); it cannot be copied either, since the caller must
+    see the writes, so it is rejected.
+    """
+    if may_overlap(value):
+        raise InvalidInput(name, "a tensor written in place without overlapping elements (no stride 0 / expanded view)",
+                           f"shape {tuple(value.shape)} with strides {value.stride()}")
+    return value

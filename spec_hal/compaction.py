@@ -59,9 +59,12 @@ def check_verdict(name: str, verdict: object) -> Verdict:
 
 
 def record_verdict_values(op: str, verdict: Verdict) -> None:
-    """Default mode: record in the error flag the accept_lens outside [1, min(S+1, N)] and the
-    used accept_index entries outside the request's block (device ops, no sync). Checked mode
-    raised on them already."""
+    """Default mode: record in the error flag the accept_lens outside [1, min(S+1, N)] (index b)
+    and the used accept_index entries (r < min(accept_lens[b], S+1, N)) outside the request's
+    block (flat index b*(S+1) + r): device ops, no sync. Checked mode raised on them already.
+
+    Called by the reference providers only (not by the shared check, which must issue no torch
+    op): a Triton kernel records the same codes itself (kernels/compaction.py, kernels/kv.py)."""
     rows, width = verdict.accept_index.shape
     if value_checks_enabled() or rows == 0:
         return
@@ -105,7 +108,6 @@ def check_single_out(out, shape: tuple, dtype: torch.dtype, device: torch.device
 def check_bonus_tokens(verdict, *, out=None) -> None:
     verdict = check_verdict("verdict", verdict)
     check_single_out(out, (verdict.batch_size,), verdict.predict.dtype, verdict.device)
-    record_verdict_values("bonus_tokens", verdict)
 
 
 def fake_bonus_tokens(verdict, *, out=None) -> torch.Tensor:
@@ -124,6 +126,7 @@ def bonus_tokens(verdict: Verdict, *, out: Optional[torch.Tensor] = None) -> tor
         (bs,) tensor of predict's dtype: ``predict[accept_index[b, accept_lens[b] - 1]]``. The
         accept width S+1 is ``accept_index.shape[1]``; it is never passed separately.
     """
+    record_verdict_values("bonus_tokens", verdict)
     rows, width = verdict.accept_index.shape
     if rows == 0:
         result = verdict.predict.new_empty((0,))
@@ -160,7 +163,6 @@ def check_compact_accepted(x, verdict, *, out=None) -> None:
         check_single_out(out, tuple(x.shape), x.dtype, verdict.device)
         if out.numel() and out.data_ptr() == x.data_ptr():
             raise InvalidInput("out", "a buffer other than x (compaction reads rows it overwrites)", "x itself")
-    record_verdict_values("compact_accepted", verdict)
 
 
 def fake_compact_accepted(x, verdict, *, out=None) -> torch.Tensor:
@@ -185,6 +187,7 @@ def compact_accepted(x: torch.Tensor, verdict: Verdict, *, out: Optional[torch.T
     if batch_first(x, verdict):
         flat_out = None if out is None else out.view(-1, *x.shape[2:])
         return compact_accepted(x.flatten(0, 1), verdict, out=flat_out).view(x.shape)
+    record_verdict_values("compact_accepted", verdict)
     rows, width = verdict.accept_index.shape
     result = x.clone(memory_format=torch.contiguous_format) if out is None else out.copy_(x)
     if rows == 0:

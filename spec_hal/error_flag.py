@@ -45,6 +45,11 @@ FLAGGED = {
     "bonus_tokens": ("verdict.accept_lens", "verdict.accept_index"),
     "compact_accepted": ("verdict.accept_lens", "verdict.accept_index"),
     "accepted_kv_moves": ("verdict.accept_lens", "verdict.accept_index"),
+    "mamba_commit_steps": ("verdict.accept_lens", "verdict.accept_index", "seq_lens"),
+    "scatter_mamba_state": ("dst_slots", "src_steps", "src_rows"),
+    "commit_mamba_state": ("verdict.accept_lens", "verdict.accept_index", "seq_lens", "slots", "track_slots", "src_rows"),
+    "verify_sampling": ("candidates",),
+    "verify_chain_sampling": ("draft_ids",),
 }
 _OPS = tuple(FLAGGED)
 

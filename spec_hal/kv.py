@@ -75,7 +75,6 @@ def check_accepted_kv_moves(verdict, slots, *, out=None) -> None:
     nodes = verdict.predict.shape[0] // rows if rows else None
     slots = checks.tensor("slots", slots, ndim=2, dtypes=checks.INDEX_DTYPES, device=verdict.device, shape=(rows, nodes))
     checks.out_tensors("out", out, [((rows * width,), slots.dtype)] * 2, verdict.device)
-    record_verdict_values("accepted_kv_moves", verdict)
 
 
 def fake_accepted_kv_moves(verdict, slots, *, out=None):
@@ -100,6 +99,7 @@ def accepted_kv_moves(
         ``r = i % (S+1)`` of request ``b = i // (S+1)``; -1 in both for ranks past
         accept_lens and for identity moves. Apply with ``move_kv``.
     """
+    record_verdict_values("accepted_kv_moves", verdict)
     rows, width = verdict.accept_index.shape
     if rows == 0:
         empty = slots.new_empty((0,))
@@ -137,16 +137,25 @@ def check_move_kv(caches, src, dst) -> None:
     for index, cache in enumerate(caches):
         name = f"caches[{index}]"
         checks.tensor(name, cache, dtypes=KV_DTYPES, device=device)
+        checks.writable(name, cache)
         if cache.dim() < 1:
             raise InvalidInput(name, "a tensor (num_slots, ...)", "a 0-D tensor")
         if not _row_contiguous(cache):
             raise InvalidInput(name, "contiguous rows (every dim after the slot dim dense)", f"strides {cache.stride()}")
     if value_checks_enabled() and src.numel():
         _check_move_values(caches, src, dst)
-    elif src.numel():  # default mode: record what the skip rule will drop (device ops, no sync)
-        num_slots = min(cache.shape[0] for cache in caches)
-        for name, slots in (("src", src), ("dst", dst)):
-            record_invalid("move_kv", name, (slots < -1) | (slots >= num_slots), rule=f"-1 or slots in [0, {num_slots})")
+
+
+def record_move_values(caches, src, dst) -> None:
+    """Default mode: record in the error flag the src/dst entries other than -1 outside [0,
+    min num_slots of the caches) (flat index i; src before dst), which the skip rule drops.
+    Device ops, no sync; checked mode raised on them already. Called by the reference provider
+    (the Triton kernel records the same codes itself), never by the shared check."""
+    if value_checks_enabled() or not src.numel():
+        return
+    num_slots = min(cache.shape[0] for cache in caches)
+    for name, slots in (("src", src), ("dst", dst)):
+        record_invalid("move_kv", name, (slots < -1) | (slots >= num_slots), rule=f"-1 or slots in [0, {num_slots})")
 
 
 def _row_contiguous(cache: torch.Tensor) -> bool:
@@ -189,6 +198,7 @@ def move_kv(caches: Sequence[torch.Tensor], src: torch.Tensor, dst: torch.Tensor
     Returns:
         None (the caches are updated in place).
     """
+    record_move_values(caches, src, dst)
     src, dst = src.long(), dst.long()
     for cache in caches:
         # Rule: a move whose source or destination is outside [0, num_slots) of this cache is skipped.

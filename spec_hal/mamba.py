@@ -36,6 +36,7 @@ from typing import Optional
 import torch
 
 from . import checks
+from .error_flag import record as record_invalid
 from .errors import InvalidInput
 from .registry import register_op
 from .types import Verdict
@@ -133,6 +134,7 @@ def _state_strides_contiguous(tensor: torch.Tensor, leading: int) -> bool:
 def _check_state_pair(dst_name: str, dst: object, src_name: str, src: object) -> None:
     """A pool (L, slots, *state) and its scratch (L, rows, N, *state) of one dtype and device."""
     checks.tensor(dst_name, dst, dtypes=STATE_DTYPES)
+    checks.writable(dst_name, dst)  # the pool is written in place
     if dst.dim() < 2:
         raise InvalidInput(dst_name, "an (L, slots, *state) tensor of at least 2 dimensions", f"shape {tuple(dst.shape)}")
     checks.tensor(src_name, src, dtypes=(dst.dtype,), device=dst.device, ndim=dst.dim() + 1)
@@ -163,6 +165,12 @@ def _check_index_values(name: str, values: torch.Tensor, high: int, *, active: t
         raise InvalidInput(name, f"-1 or values in [0, {high})", values.tolist())
 
 
+def _check_distinct(name: str, slots: torch.Tensor, active: torch.Tensor) -> None:
+    used = slots.long()[active]
+    if used.numel() != torch.unique(used).numel():
+        raise InvalidInput(name, "distinct slots among the copied requests (duplicates race)", slots.tolist())
+
+
 def _check_scatter_values(*, num_slots, num_steps, num_rows, dst_slots, src_steps, src_rows) -> None:
     """Checked mode: index ranges and distinct active slots."""
     active = (dst_slots.long() >= 0) & (src_steps.long() >= 0)
@@ -172,9 +180,37 @@ def _check_scatter_values(*, num_slots, num_steps, num_rows, dst_slots, src_step
         rows = src_rows.long()
         if bool((active & ((rows < 0) | (rows >= num_rows))).any()):
             raise InvalidInput("src_rows", f"values in [0, {num_rows}) where a request is copied", rows.tolist())
-    used = dst_slots.long()[active]
-    if used.numel() != torch.unique(used).numel():
-        raise InvalidInput("dst_slots", "distinct slots among the copied requests (duplicates race)", dst_slots.tolist())
+    _check_distinct("dst_slots", dst_slots, active)
+
+
+def record_scatter_values(*, num_slots, num_steps, num_rows, dst_slots, src_steps, src_rows) -> None:
+    """Default mode: record the indices the skip rule drops that checked mode would reject (a
+    slot or step < -1, or past its range where the request would be copied; a row out of range
+    where it would be copied), index r, in the error flag."""
+    slots, steps = dst_slots.long(), src_steps.long()
+    active = (slots >= 0) & (steps >= 0)
+    record_invalid("scatter_mamba_state", "dst_slots", (slots < -1) | (active & (slots >= num_slots)), rule=f"-1 or [0, {num_slots})")
+    record_invalid("scatter_mamba_state", "src_steps", (steps < -1) | (active & (steps >= num_steps)), rule=f"-1 or [0, {num_steps})")
+    if src_rows is not None:
+        rows = src_rows.long()
+        record_invalid("scatter_mamba_state", "src_rows", active & ((rows < 0) | (rows >= num_rows)), rule=f"[0, {num_rows})")
+
+
+def record_commit_values(*, num_slots, num_rows, slots, track_slots, src_rows, last_step, track_step) -> None:
+    """The slot and row rules of ``commit_mamba_state`` (index b): a slot or track slot < -1, or
+    past the pool where its step is >= 0; a row out of range where either set copies. Records
+    in the default mode; raises InvalidInput naming the argument in checked mode."""
+    slots, last_step = slots.long(), last_step.long()
+    record_invalid("commit_mamba_state", "slots", (slots < -1) | ((last_step >= 0) & (slots >= num_slots)), rule=f"-1 or [0, {num_slots})")
+    copies = (slots >= 0) & (last_step >= 0)
+    if track_slots is not None:
+        track_slots, track_step = track_slots.long(), track_step.long()
+        record_invalid("commit_mamba_state", "track_slots", (track_slots < -1) | ((track_step >= 0) & (track_slots >= num_slots)),
+                       rule=f"-1 or [0, {num_slots})")
+        copies |= (track_slots >= 0) & (track_step >= 0)
+    if src_rows is not None:
+        rows = src_rows.long()
+        record_invalid("commit_mamba_state", "src_rows", copies & ((rows < 0) | (rows >= num_rows)), rule=f"[0, {num_rows})")
 
 
 def check_scatter_mamba_state(*, dst, src, dst_slots, src_steps, src_rows=None) -> None:
@@ -214,9 +250,12 @@ def check_commit_mamba_state(
         raise InvalidInput("track_interval", "given together with track_slots (prefix-cache snapshots)", track_interval)
     if value_checks_enabled() and bs:
         last_step, track_step = mamba_commit_steps(verdict, seq_lens, track_interval=track_interval)
-        steps, dst_slots, rows = _commit_index_sets(slots, track_slots, src_rows, last_step, track_step)
-        _check_scatter_values(num_slots=ssm_state.shape[1], num_steps=nodes, num_rows=ssm_intermediate.shape[1],
-                              dst_slots=dst_slots, src_steps=steps, src_rows=rows)
+        record_commit_values(num_slots=ssm_state.shape[1], num_rows=ssm_intermediate.shape[1], slots=slots,
+                             track_slots=track_slots, src_rows=src_rows, last_step=last_step, track_step=track_step)
+        _check_distinct("slots", slots, (slots.long() >= 0) & (last_step >= 0))
+        if track_slots is not None:  # a snapshot slot must differ from every committed one too
+            steps, dst_slots, _ = _commit_index_sets(slots, track_slots, src_rows, last_step, track_step)
+            _check_distinct("track_slots", dst_slots, (dst_slots >= 0) & (steps >= 0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,19 +303,44 @@ def mamba_commit_steps(
     if bs == 0:
         empty = torch.empty(0, dtype=torch.int32, device=device)
         return empty, empty.clone()
+    last_step, track_step = _commit_steps(verdict, seq_lens, track_interval, op="mamba_commit_steps")
+    return last_step.to(torch.int32), track_step.to(torch.int32)
+
+
+def _commit_steps(verdict: Verdict, seq_lens: torch.Tensor, track_interval: Optional[int], *, op: str):
+    """(last_step, track_step) int64 of a non-empty batch; records what it met for ``op``.
+
+    Error flag (default mode, docs/reliability.md): ``verdict.accept_lens`` outside [1, S+1]
+    (index b); an ``accept_index`` entry the op reads (the last position, and the boundary's when
+    a snapshot is due) that is neither -1 (padding) nor an id of the request's own block (flat
+    index b * (S+1) + position); with a track interval, ``seq_lens`` < 0 (index b).
+    """
+    accept_index = verdict.accept_index
+    bs, width = accept_index.shape
     nodes = verdict.num_nodes
     lens = verdict.accept_lens.long()
-    last_step = _local_node(accept_index, (lens - 1).clamp(0, width - 1), nodes)
+    record_invalid(op, "verdict.accept_lens", (lens < 1) | (lens > width), rule=f"values in [1, {width}]")
+    read = torch.zeros((bs, width), dtype=torch.bool, device=accept_index.device)
+    last_position = (lens - 1).clamp(0, width - 1)
+    read[torch.arange(bs, device=read.device), last_position] = True
+    last_step = _local_node(accept_index, last_position, nodes)
     if track_interval is None:
-        return last_step.to(torch.int32), torch.full((bs,), -1, dtype=torch.int32, device=device)
-    pre = seq_lens.long()
-    post = pre + lens
-    # Rule: a negative seq_len takes no snapshot (floor and truncating division disagree there).
-    crossed = (pre >= 0) & (post >= 0) & (pre // track_interval != post // track_interval)
-    boundary = post // track_interval * track_interval
-    position = (boundary - pre - 1).clamp(0, width - 1)
-    track_step = torch.where(crossed, _local_node(accept_index, position, nodes), torch.full_like(pre, -1))
-    return last_step.to(torch.int32), track_step.to(torch.int32)
+        track_step = torch.full((bs,), -1, dtype=torch.int64, device=accept_index.device)
+    else:
+        pre = seq_lens.long()
+        record_invalid(op, "seq_lens", pre < 0, rule="non-negative lengths")
+        post = pre + lens
+        # Rule: a negative seq_len takes no snapshot (floor and truncating division disagree there).
+        crossed = (pre >= 0) & (post >= 0) & (pre // track_interval != post // track_interval)
+        boundary = post // track_interval * track_interval
+        position = (boundary - pre - 1).clamp(0, width - 1)
+        requests = torch.arange(bs, device=read.device)
+        read[requests, position] = read[requests, position] | crossed
+        track_step = torch.where(crossed, _local_node(accept_index, position, nodes), torch.full_like(pre, -1))
+    local = accept_index.long() - torch.arange(bs, device=read.device)[:, None] * nodes
+    foreign = (accept_index != -1) & ((local < 0) | (local >= nodes))
+    record_invalid(op, "verdict.accept_index", read & foreign, rule="-1 or ids of the request's own block")
+    return last_step, track_step
 
 
 def active_requests(*, num_slots: int, num_steps: int, num_rows: int, dst_slots, src_steps, src_rows) -> torch.Tensor:
@@ -306,12 +370,19 @@ def scatter_mamba_state(
     """
     if dst_slots.shape[0] == 0:
         return dst
+    record_scatter_values(num_slots=dst.shape[1], num_steps=src.shape[2], num_rows=src.shape[1],
+                          dst_slots=dst_slots, src_steps=src_steps, src_rows=src_rows)
+    _scatter(dst, src, dst_slots, src_steps, src_rows)
+    return dst
+
+
+def _scatter(dst, src, dst_slots, src_steps, src_rows) -> None:
+    """The copies of ``scatter_mamba_state`` (no checks, no records)."""
     active = active_requests(num_slots=dst.shape[1], num_steps=src.shape[2], num_rows=src.shape[1],
                              dst_slots=dst_slots, src_steps=src_steps, src_rows=src_rows)
     rows = torch.arange(dst_slots.shape[0], device=dst.device) if src_rows is None else src_rows.long()
     # Boolean selection syncs on a GPU; this is the oracle (and the cpu provider), not a kernel.
     dst[:, dst_slots.long()[active]] = src[:, rows[active], src_steps.long()[active]]
-    return dst
 
 
 def state_bytes(state: torch.Tensor) -> int:
@@ -370,14 +441,17 @@ def commit_mamba_state(
     Returns:
         MambaCommit(last_step, track_step, bytes_moved) (see the class).
     """
-    last_step, track_step = mamba_commit_steps(verdict, seq_lens, track_interval=track_interval)
     device = verdict.device
     if verdict.batch_size == 0:
-        return MambaCommit(last_step, track_step, torch.zeros((), dtype=torch.int64, device=device))
+        empty = torch.empty(0, dtype=torch.int32, device=device)
+        return MambaCommit(empty, empty.clone(), torch.zeros((), dtype=torch.int64, device=device))
+    last_step, track_step = _commit_steps(verdict, seq_lens, track_interval, op="commit_mamba_state")
+    record_commit_values(num_slots=ssm_state.shape[1], num_rows=ssm_intermediate.shape[1], slots=slots,
+                         track_slots=track_slots, src_rows=src_rows, last_step=last_step, track_step=track_step)
     steps, dst_slots, rows = _commit_index_sets(slots, track_slots, src_rows, last_step, track_step)
     for state, scratch in ((ssm_state, ssm_intermediate), (conv_state, conv_intermediate)):
-        scatter_mamba_state(dst=state, src=scratch, dst_slots=dst_slots, src_steps=steps, src_rows=rows)
+        _scatter(state, scratch, dst_slots, steps, rows)
     active = active_requests(num_slots=ssm_state.shape[1], num_steps=ssm_intermediate.shape[2],
                              num_rows=ssm_intermediate.shape[1], dst_slots=dst_slots, src_steps=steps, src_rows=rows)
     bytes_moved = active.sum() * commit_bytes_per_request(ssm_state, conv_state)
-    return MambaCommit(last_step, track_step, bytes_moved.to(torch.int64))
+    return MambaCommit(last_step.to(torch.int32), track_step.to(torch.int32), bytes_moved.to(torch.int64))

@@ -89,7 +89,7 @@ def token_allowed(token_bitmask: Optional[torch.Tensor], bitmask_index: Optional
     tensor of their broadcast shape. True everywhere without a mask; ids outside [0, 32 W) are
     not allowed at a constrained row."""
     row_ids, tokens = torch.broadcast_tensors(row_ids.to(torch.int64), tokens.to(torch.int64))
-    if token_bitmask is None:
+    if token_bitmask is None or token_bitmask.shape[0] == 0:  # no mask rows: every index is outside [0, M)
         return torch.ones(tokens.shape, dtype=torch.bool, device=tokens.device)
     width = token_bitmask.shape[1]
     mask_row = mask_rows(token_bitmask, bitmask_index, rows)[row_ids.clamp(0, max(rows - 1, 0))] if rows else row_ids
@@ -122,6 +122,7 @@ def pack_bitmask(allowed: torch.Tensor) -> torch.Tensor:
 
 def check_apply_token_bitmask_(logits, token_bitmask, *, bitmask_index=None) -> None:
     checks.tensor("logits", logits, ndim=2, dtypes=checks.FLOAT_DTYPES)
+    checks.writable("logits", logits)  # masked in place
     rows, vocab = logits.shape
     if vocab == 0:
         raise checks.InvalidInput("logits", "at least one column (V >= 1)", f"shape {tuple(logits.shape)}")

@@ -39,7 +39,7 @@ from .masks import check_bitmask
 from .registry import register_op
 from .types import Verdict
 from .masks import token_allowed
-from .verify import _check_probs, _check_target_predict, _check_verdict_out, _verdict, fake_verdict, target_tokens, verify_chain_sampling
+from .verify import MAX_TREE_STEPS, _check_probs, _check_target_predict, _check_verdict_out, _verdict, fake_verdict, record_token_ids, target_tokens, verify_chain_sampling
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,7 +83,9 @@ def _check_counts(draft_tokens, num_draft_tokens, max_drafts) -> tuple[int, int,
     checks.tensor("draft_tokens", draft_tokens, ndim=1, dtypes=checks.INDEX_DTYPES)
     device = draft_tokens.device
     checks.tensor("num_draft_tokens", num_draft_tokens, ndim=1, dtypes=checks.INDEX_DTYPES, device=device)
-    checks.integer("max_drafts", max_drafts, low=0)
+    # The padded verdict holds bs x (max_drafts + 1) entries and the kernels a row of them in
+    # registers: the bound of a tree's num_steps (2^40 would try to allocate terabytes).
+    checks.integer("max_drafts", max_drafts, low=0, high=MAX_TREE_STEPS)
     total, bs = draft_tokens.shape[0], num_draft_tokens.shape[0]
     if value_checks_enabled() and bs:
         if bool((num_draft_tokens < 0).any()):
@@ -112,13 +114,19 @@ def check_verify_chain_ragged(draft_tokens, num_draft_tokens, target_predict, *,
 def check_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, final_coins, *, max_drafts,
                                        token_bitmask=None, bitmask_index=None, out=None) -> None:
     total, bs, device = _check_counts(draft_tokens, num_draft_tokens, max_drafts)
+    # flat (rows, V) only: _check_probs also takes (1, rows, V), which the flat gathers cannot
+    checks.tensor("target_probs", target_probs, ndim=2)
     vocab = _check_probs("target_probs", target_probs, 1, total + bs, device)
+    if draft_probs is not None:
+        checks.tensor("draft_probs", draft_probs, ndim=2)
     if draft_probs is not None and _check_probs("draft_probs", draft_probs, 1, total, device) != vocab:
         raise checks.InvalidInput("draft_probs", f"the vocabulary of target_probs (V = {vocab})", f"shape {tuple(draft_probs.shape)}")
     checks.tensor("coins", coins, dtypes=(torch.float32,), device=device, shape=(total,))
     checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
     check_bitmask(token_bitmask, bitmask_index, rows=total + bs, vocab=vocab, device=device)
     _check_verdict_out(out, bs, max_drafts + 1, max_drafts + 1, device)
+    if checks.value_checks_enabled():
+        record_token_ids("verify_chain_sampling_ragged", "draft_tokens", draft_tokens, vocab)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from typing import Optional, Union
 import torch
 
 from . import checks
+from .error_flag import record as record_invalid
 from .masks import allowed_matrix, check_bitmask, token_allowed
 from .registry import register_op
 from .types import DraftTree, Verdict
@@ -158,6 +159,8 @@ def check_verify_sampling(tree, candidates, target_probs, coins, final_coins, *,
     _check_threshold("threshold_single", threshold_single)
     _check_threshold("threshold_acc", threshold_acc)
     _check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
+    if checks.value_checks_enabled():
+        record_token_ids("verify_sampling", "candidates", candidates, vocab)
 
 
 def check_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> None:
@@ -183,6 +186,15 @@ def check_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, fin
     checks.tensor("coins", coins, dtypes=(torch.float32,), device=device, shape=(bs, steps))
     checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
     _check_verdict_out(out, bs, steps + 1, steps + 1, device)
+    if checks.value_checks_enabled():
+        record_token_ids("verify_chain_sampling", "draft_ids", draft_ids, vocab)
+
+
+def record_token_ids(op: str, name: str, ids: torch.Tensor, vocab: int) -> None:
+    """The sampling tests' rule for a token id outside [0, V): probability 0, never accepted.
+    Ids < -1 or >= V are recorded in the error flag (first flat index; -1 is padding, as in the
+    ragged layout, and is not), or raise InvalidInput naming ``name`` in checked mode."""
+    record_invalid(op, name, (ids < -1) | (ids >= vocab), rule=f"token ids in [0, {vocab}) (or -1 padding)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -423,6 +435,7 @@ def verify_sampling(
     """
     bs, nodes = candidates.shape
     vocab = target_probs.shape[-1]
+    record_token_ids("verify_sampling", "candidates", candidates, vocab)
     probs = sanitize_probs(target_probs.reshape(bs, nodes, vocab))
     cand = candidates.to(torch.int64)
     if token_bitmask is not None:
@@ -546,6 +559,7 @@ def verify_chain_sampling(
     """
     bs, steps = draft_ids.shape
     vocab = target_probs.shape[-1]
+    record_token_ids("verify_chain_sampling", "draft_ids", draft_ids, vocab)
     ids = draft_ids.to(torch.int64)
     in_vocab = (ids >= 0) & (ids < vocab)
     safe_ids = ids.clamp(0, vocab - 1)[:, :, None]

@@ -146,6 +146,37 @@ def test_error_flag_keeps_the_smallest_record_and_clears(monkeypatch):
         error_flag.record("move_kv", "src", torch.tensor([False, True]))
 
 
+def test_default_mode_checks_issue_no_torch_op(monkeypatch):
+    """#15: an op's shared check validates metadata only; in the default mode the value records
+    happen in the provider (a kernel records itself: one launch per call), so the check issues
+    no torch op, not even on calls with invalid values."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from spec_hal.conformance import fuzz
+    from spec_hal.conformance.cases.test_invalid_values import TWO_INVALID
+    from spec_hal.registry import op_spec
+
+    class CountOps(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.delenv("SPEC_HAL_CHECKS", raising=False)
+    calls = [make() for make in fuzz.BASELINES.values()] + [case()[0] for case in TWO_INVALID.values()]
+    for call in calls:
+        check = op_spec(call.op).check
+        kwargs = {name: value for name, value in call.args.items() if name not in call.positional}
+        positional = [call.args[name] for name in call.positional]
+        check(*positional, **kwargs)  # first call: lazy imports may build module constants
+        with CountOps() as counted:
+            check(*positional, **kwargs)
+        assert counted.ops == [], (call.op, counted.ops)
+
+
 def test_short_long_run_has_flat_memory():
     sys.path.insert(0, str(ROOT / "scripts"))
     try:

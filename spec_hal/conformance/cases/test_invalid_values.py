@@ -12,6 +12,7 @@ import torch
 
 from spec_hal import error_flag
 from spec_hal.conformance import fuzz
+from spec_hal.registry import op_spec
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +40,57 @@ def _set(position, number):
         changed.view(-1)[position] = number
         return changed
     return change
+
+
+def _set_many(changes: dict):
+    """A changer: copy of the tensor with flat elements ``position: number`` set."""
+    def change(tensor):
+        changed = tensor.clone()
+        for position, number in changes.items():
+            changed.view(-1)[position] = number
+        return changed
+    return change
+
+
+# A (3, 4) accept_index of own-block ids (N = 5) whose accept_lens [2, 3, 4] use flat entries
+# 0-1, 4-6 and 8-11; flat 3 (rank 3 of request 0) is unused: a foreign id there is no error.
+_OWN_BLOCK = torch.arange(4)[None, :] + 5 * torch.arange(3)[:, None]
+_LENS = torch.tensor([2, 3, 4])
+
+
+def _verdict_values(op: str, *, lens=_LENS, index: dict, **changes) -> fuzz.Call:
+    return _with(op, verdict__accept_lens=lens, verdict__accept_index=_set_many(index)(_OWN_BLOCK), **changes)
+
+
+# Two invalid entries of one argument (the smaller flat index is recorded, whatever the order of
+# the kernel's threads), and invalid entries of both arguments (the first argument wins, even at a
+# larger index): the record codes of docs/reliability.md. Value: (call, the record expected).
+TWO_INVALID = {
+    **{f"{op} foreign accept_index entries of two requests": (
+        lambda op=op: (_verdict_values(op, index={3: 99, 9: 2**40, 6: -1}), (op, "verdict.accept_index", 6)))
+       for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens")},
+    **{f"{op} foreign accept_index entries of one request": (
+        lambda op=op: (_verdict_values(op, index={11: 2**40, 9: 4}), (op, "verdict.accept_index", 9)))
+       for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens")},
+    **{f"{op} two invalid accept_lens": (lambda op=op: (_verdict_values(op, lens=torch.tensor([2, 0, 9]), index={}),
+                                                        (op, "verdict.accept_lens", 1)))
+       for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens")},
+    **{f"{op} invalid accept_lens and accept_index": (lambda op=op: (_verdict_values(op, lens=torch.tensor([2, 3, 7]), index={0: -1}),
+                                                                     (op, "verdict.accept_lens", 2)))
+       for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens")},
+    # Rows of 5000 floats: several column tiles on GPUs, of which only the first records.
+    "compact_accepted wide rows two foreign entries": lambda: (
+        _verdict_values("compact_accepted", index={9: 2**40, 6: -1}, x=torch.randn(15, 5000)),
+        ("compact_accepted", "verdict.accept_index", 6)),
+    "move_kv two invalid sources": lambda: (_with("move_kv", src=torch.tensor([3, 7, -1, 12, 50, -2])), ("move_kv", "src", 4)),
+    "move_kv invalid destination and source": lambda: (_with("move_kv", src=torch.tensor([3, 7, -1, 12, 30, 41]),
+                                                             dst=torch.tensor([-3, 8, 9, -1, 31, 2])), ("move_kv", "src", 5)),
+    # Caches of 40 and 30 slots: slot 35 is invalid (the smallest num_slots counts) though the
+    # first cache has it; the kernel launches once per cache here, and both record the same.
+    "move_kv slot past the smaller cache": lambda: (_with("move_kv", caches=lambda caches: [caches[0], caches[1][:30]],
+                                                          src=torch.tensor([3, 7, -1, 12, 35, 1]), dst=torch.tensor([4, 8, 9, 33, 31, 2])),
+                                                    ("move_kv", "src", 4)),
+}
 
 
 CASES = {
@@ -86,13 +138,167 @@ CASES = {
     "draft_topk token_map entries -1": lambda: _with("draft_topk", token_map=lambda m: torch.full_like(m, -1)),
     "scatter_mamba_state slot 2^32+1": lambda: _with("scatter_mamba_state", dst_slots=torch.tensor([2**32 + 1, -1, 4])),
     "scatter_mamba_state step -2": lambda: _with("scatter_mamba_state", src_steps=torch.tensor([-2, 2, 3])),
+    **{label: (lambda case=case: case()[0]) for label, case in TWO_INVALID.items()},
 }
+
+
+# The mamba and sampling-verify kernels record in the error flag what their rules met
+# (docs/reliability.md): the record (op, argument, first offending index) must be the reference's
+# (fuzz.outcome compares it) and the one the case expects.
+FLAGGED_RULES = {
+    "mamba_commit_steps accept_lens 0": (("mamba_commit_steps", "verdict.accept_lens", 1),
+                                         lambda: _with("mamba_commit_steps", verdict__accept_lens=_set(1, 0))),
+    "mamba_commit_steps accept_index of another request": (("mamba_commit_steps", "verdict.accept_index", None),
+                                                           lambda: _with("mamba_commit_steps", verdict__accept_index=lambda a: a.roll(1, 0))),
+    "mamba_commit_steps negative seq_lens": (("mamba_commit_steps", "seq_lens", 0),
+                                             lambda: _with("mamba_commit_steps", seq_lens=torch.tensor([-3, -14, 7]))),
+    "commit_mamba_state accept_lens past S+1": (("commit_mamba_state", "verdict.accept_lens", 2),
+                                                lambda: _with("commit_mamba_state", verdict__accept_lens=_set(2, 9))),
+    "commit_mamba_state accept_index 2^40": (("commit_mamba_state", "verdict.accept_index", None),
+                                             lambda: _with("commit_mamba_state", verdict__accept_index=lambda a: torch.where(a > 0, 2**40, a))),
+    "commit_mamba_state negative seq_len": (("commit_mamba_state", "seq_lens", 1),
+                                            lambda: _with("commit_mamba_state", seq_lens=torch.tensor([3, -14, -7]))),
+    "commit_mamba_state slot -2": (("commit_mamba_state", "slots", 1), lambda: _with("commit_mamba_state", slots=torch.tensor([1, -2, 0]))),
+    "commit_mamba_state slot past the pool": (("commit_mamba_state", "slots", 0),
+                                              lambda: _with("commit_mamba_state", slots=torch.tensor([2**32 + 1, 4, 6]))),
+    "commit_mamba_state track slot past the pool": (("commit_mamba_state", "track_slots", None),
+                                                    lambda: _with("commit_mamba_state", track_slots=torch.tensor([6, 6, 6]))),
+    "commit_mamba_state scratch row -1": (("commit_mamba_state", "src_rows", 2),
+                                          lambda: _with("commit_mamba_state", src_rows=torch.tensor([0, 1, -1]))),
+    "scatter_mamba_state slot -3": (("scatter_mamba_state", "dst_slots", 2),
+                                    lambda: _with("scatter_mamba_state", dst_slots=torch.tensor([1, -1, -3]))),
+    "scatter_mamba_state step past N": (("scatter_mamba_state", "src_steps", 0),
+                                        lambda: _with("scatter_mamba_state", src_steps=torch.tensor([4, 2, 9]))),
+    "scatter_mamba_state row past the scratch": (("scatter_mamba_state", "src_rows", 2),
+                                                 lambda: _with("scatter_mamba_state", src_rows=torch.tensor([0, 7, 3]))),
+    # the sampling verifies: token ids outside [0, V) (-1 is padding and is not recorded)
+    "verify_sampling candidates past V": (("verify_sampling", "candidates", 7),
+                                          lambda: _with("verify_sampling", candidates=lambda c: torch.where(
+                                              torch.arange(c.numel()).view(c.shape) >= 7, torch.full_like(c, 20), c))),
+    "verify_sampling candidate -2": (("verify_sampling", "candidates", 3), lambda: _with("verify_sampling", candidates=_set(3, -2))),
+    "verify_chain_sampling draft id 2^40": (("verify_chain_sampling", "draft_ids", 4),
+                                            lambda: _with("verify_chain_sampling", draft_ids=_set(4, 2**40))),
+    "verify_chain_sampling draft ids -1 and -5": (("verify_chain_sampling", "draft_ids", 2),
+                                                  lambda: _with("verify_chain_sampling", draft_ids=lambda d: _set(2, -5)(_set(0, -1)(d)))),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in FLAGGED_RULES])
+def test_rule_is_recorded_like_the_reference(backend, label):
+    (op, argument, index), make = FLAGGED_RULES[label]
+    call = make()
+    assert fuzz.outcome(backend, call, label) == "reference answer (flagged)"  # the flag equals the reference's
+    args = fuzz._to(call.args, backend.device)
+    error_flag.pending_errors(backend.device)
+    getattr(backend, op)(*(args[name] for name in call.positional), **{k: v for k, v in args.items() if k not in call.positional})
+    recorded = error_flag.pending_errors(backend.device)
+    assert len(recorded) == 1 and recorded[0][:2] == (op, argument), recorded
+    if index is not None:
+        assert recorded[0][2] == index, recorded
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_from_logits")
+@pytest.mark.parametrize("with_draft_probs", [False, True])
+def test_chain_from_logits_records_draft_ids(backend, with_draft_probs):
+    """Without draft_probs the kernels run the chain through the tree walk; the record must still
+    be verify_chain_sampling's draft_ids at the draft's own index, as on the reference."""
+    call = fuzz.BASELINES["verify_chain_sampling"]()
+    draft_ids = call.args["draft_ids"].clone()
+    draft_ids[1, 1] = 2**40  # flat index 4
+    args = {"draft_ids": draft_ids, "draft_probs": call.args["draft_probs"] if with_draft_probs else None,
+            "target_logits": torch.log(call.args["target_probs"]), "temperature": 1.0, "coins": call.args["coins"],
+            "final_coins": call.args["final_coins"]}
+    records = []
+    for device, run in ((torch.device("cpu"), op_spec("verify_chain_sampling_from_logits").reference),
+                        (backend.device, backend.verify_chain_sampling_from_logits)):
+        moved = fuzz._to(args, device)
+        error_flag.pending_errors(device)
+        run(moved.pop("draft_ids"), moved.pop("draft_probs"), moved.pop("target_logits"), **moved)
+        records.append(error_flag.pending_errors(device))
+    assert records[0] == records[1] == [("verify_chain_sampling", "draft_ids", 4)], records
 
 
 @pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in CASES])
 def test_invalid_value_follows_the_rule(backend, label):
     outcome = fuzz.outcome(backend, CASES[label](), label)
     assert outcome.startswith("reference answer"), outcome
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in TWO_INVALID])
+def test_smallest_record_wins(backend, label):
+    """The flag holds the record written in TWO_INVALID (reliability.md's codes, not an output)."""
+    call, expected = TWO_INVALID[label]()
+    _, _, flagged = fuzz._run(getattr(backend, call.op), call, fuzz._to(call.args, backend.device), backend.device)
+    assert flagged == [expected]
+
+
+def _sliced(tensor):
+    return fuzz._strided(tensor)
+
+
+def _expanded(tensor):
+    return tensor[:1].expand(tensor.shape)
+
+
+# Layouts the shared checks reject on every backend (the fuzz hands each backend the exact layout
+# the reference saw: before, Tensor.to made a sliced or expanded view contiguous on the way to a
+# GPU, so the cuda lane accepted what the reference rejected).
+REJECTED_LAYOUTS = {
+    "commit_mamba_state conv_state sliced": ("conv_state", lambda: _with("commit_mamba_state", conv_state=_sliced)),
+    "commit_mamba_state ssm_state sliced": ("ssm_state", lambda: _with("commit_mamba_state", ssm_state=_sliced)),
+    "commit_mamba_state ssm_state expanded": ("ssm_state", lambda: _with("commit_mamba_state", ssm_state=_expanded)),
+    "scatter_mamba_state dst expanded": ("dst", lambda: _with("scatter_mamba_state", dst=_expanded)),
+    "move_kv cache expanded": ("caches[0]", lambda: _with("move_kv", caches=lambda c: [_expanded(c[0]), c[1]])),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in REJECTED_LAYOUTS])
+def test_rejected_layout(backend, label):
+    argument, make = REJECTED_LAYOUTS[label]
+    assert fuzz.outcome(backend, make(), label) == f"InvalidInput({argument})"
+
+
+# Found when the masks and ragged ops joined the fuzz: a strided mask index, a mask with no rows,
+# a huge max_drafts (a terabyte allocation), a (1, rows, V) probability table (a raw reshape error).
+FOUND_BY_FUZZ = {
+    "apply_token_bitmask_ bitmask_index sliced": ("reference answer", lambda: _with("apply_token_bitmask_", bitmask_index=_sliced)),
+    "apply_token_bitmask_ bitmask_index expanded": ("reference answer", lambda: _with("apply_token_bitmask_", bitmask_index=_expanded)),
+    "apply_token_bitmask_ no mask rows": ("reference answer", lambda: _with("apply_token_bitmask_", token_bitmask=lambda m: m[:0])),
+    "verify_chain_ragged max_drafts 2^40": ("InvalidInput(max_drafts)", lambda: _with("verify_chain_ragged", max_drafts=2**40)),
+    "verify_chain_sampling_ragged max_drafts 1025": ("InvalidInput(max_drafts)",
+                                                     lambda: _with("verify_chain_sampling_ragged", max_drafts=1025)),
+    "verify_chain_sampling_ragged draft_probs (1, T, V)": ("InvalidInput(draft_probs)",
+                                                           lambda: _with("verify_chain_sampling_ragged", draft_probs=lambda q: q[None])),
+    "verify_chain_sampling_ragged target_probs (1, T + bs, V)": ("InvalidInput(target_probs)",
+                                                                 lambda: _with("verify_chain_sampling_ragged", target_probs=lambda p: p[None])),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in FOUND_BY_FUZZ])
+def test_found_by_fuzz(backend, label):
+    expected, make = FOUND_BY_FUZZ[label]
+    assert fuzz.outcome(backend, make(), label) == expected
+
+
+# Two copies into one slot break the distinct-destinations precondition: which write lands is
+# unspecified (a race on a GPU), every other output, slot and flag must still be the reference's.
+CONTESTED = {
+    # the H100 fuzz case: slots [0, 4, 0] (requests 0 and 2 commit into slot 0)
+    "commit_mamba_state two requests commit into one slot": (
+        [0], lambda: _with("commit_mamba_state", slots=torch.tensor([0, 4, 0]))),
+    "commit_mamba_state track slot = another request's slot": (
+        [4], lambda: _with("commit_mamba_state", track_slots=torch.tensor([4, -1, 5]))),
+    "scatter_mamba_state duplicate dst_slots": ([1], lambda: _with("scatter_mamba_state", dst_slots=torch.tensor([1, 1, 4]))),
+    "move_kv duplicate dst": ([8], lambda: _with("move_kv", dst=torch.tensor([4, 8, 9, -1, 8, 2]))),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in CONTESTED])
+def test_contested_slot_is_the_only_unspecified_output(backend, label):
+    slots, make = CONTESTED[label]
+    call = make()
+    assert fuzz.contested_slots(call.op, call.args) == slots  # the case does break the precondition
+    assert fuzz.outcome(backend, call, label).startswith("reference answer, contested slots unspecified")
 
 
 @pytest.mark.spec_hal_op("commit_mamba_state")
