@@ -53,8 +53,7 @@ def _build_tree_kernel(
     draft_tokens_ptr, draft_tokens_stride,
     seq_lens_ptr, seq_lens_stride,
     block_starts_ptr, mask_numel, flag_ptr, flag_code,
-    tokens_ptr, positions_ptr, retrieve_index_ptr, next_token_ptr, next_sibling_ptr, mask_ptr,
-    node_parents_ptr, node_depth_ptr,
+    outputs_ptr, mask_ptr,
     parent_columns, topk, num_steps,
     N: tl.constexpr,
     N_PAD: tl.constexpr,
@@ -97,8 +96,17 @@ def _build_tree_kernel(
     later_sibling = (linked_parent[None, :] == linked_parent[:, None]) & (col > row) & (linked_parent[:, None] >= 0)
     next_sibling = tl.min(tl.where(later_sibling, col, N_PAD), axis=1)
 
-    # 4. Stores.
+    # 4. Stores: the seven int64 outputs are planes of one (7, bs * N) buffer (one pointer, not
+    # seven: kernel arguments live in scalar registers, and AMD's 100 SGPRs spilled).
     out = request * N + node
+    plane = tl.num_programs(0).to(tl.int64) * N
+    tokens_ptr = outputs_ptr
+    positions_ptr = outputs_ptr + plane
+    retrieve_index_ptr = outputs_ptr + 2 * plane
+    next_token_ptr = outputs_ptr + 3 * plane
+    next_sibling_ptr = outputs_ptr + 4 * plane
+    node_parents_ptr = outputs_ptr + 5 * plane
+    node_depth_ptr = outputs_ptr + 6 * plane
     root = tl.load(roots_ptr + request * roots_stride).to(tl.int64)
     draft = tl.load(draft_tokens_ptr + request * draft_tokens_stride + (node - 1), mask=is_draft, other=0).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + request * seq_lens_stride).to(tl.int64)
@@ -135,13 +143,18 @@ class TreeLaunch:
 
 @functools.lru_cache(maxsize=1024)  # a pure function of ints: computed once per shape
 def launch_config(target: KernelTarget, num_nodes: int) -> TreeLaunch:
-    """Warps per program from the N_PAD^2 matrix size: about 8 elements per lane, at most 4 warps
-    of 32 (NVIDIA) or 2 wavefronts of 64 (AMD); the interpreter runs one program at a time."""
+    """Warps per program from the N_PAD^2 matrix size; the interpreter runs one program at a time.
+
+    NVIDIA: about 8 elements per lane, at most 4 warps. AMD: about 4 elements per lane, up to 16
+    wavefronts (1024 lanes at N = 64): with 8 per lane and 2 wavefronts, as on NVIDIA, the N = 32
+    and N = 64 tiles spilled (up to ~650 VGPR spills at N = 64), and 8 wavefronts at N = 64 still
+    spilled SGPRs (the compile matrix's resource report)."""
     padded = max(next_power_of_2(num_nodes), 2)
     if target.vendor == "interpreter":
         return TreeLaunch(padded, 1)
-    lanes_wanted = max(padded * padded // 8, target.warp_size)
-    return TreeLaunch(padded, min(max(lanes_wanted // target.warp_size, 1), 128 // target.warp_size))
+    elements_per_lane, max_lanes = (4, 1024) if target.vendor == "amd" else (8, 128)
+    lanes_wanted = max(padded * padded // elements_per_lane, target.warp_size)
+    return TreeLaunch(padded, min(max(lanes_wanted // target.warp_size, 1), max_lanes // target.warp_size))
 
 
 def _mask_buffer(mask_mode: str, bs: int, num_nodes: int, seq_lens: torch.Tensor, seq_lens_sum: Optional[int]) -> torch.Tensor:
@@ -175,9 +188,9 @@ def build_tree(
     num_nodes = drafts + 1
     num_steps = tree_num_steps(parents.shape[1], topk)
     device = selected.device
-    tokens = torch.empty(bs * num_nodes, dtype=torch.int64, device=device)
-    positions = torch.empty(bs * num_nodes, dtype=torch.int64, device=device)
-    links = torch.empty((5, bs, num_nodes), dtype=torch.int64, device=device)  # index, next token, next sibling, parent, depth
+    # Planes: tokens, positions, then the links (index, next token, next sibling, parent, depth).
+    outputs = torch.empty((7, bs * num_nodes), dtype=torch.int64, device=device)
+    tokens, positions, links = outputs[0], outputs[1], outputs[2:].view(5, bs, num_nodes)
     mask = _mask_buffer(mask_mode, bs, num_nodes, seq_lens, seq_lens_sum)
     tree = DraftTree(tokens, positions, links[0], links[1], links[2], mask, mask_mode, num_steps, parents=links[3], depth=links[4])
     if bs == 0:
@@ -191,8 +204,7 @@ def build_tree(
         roots, roots.stride(0), parents_or_placeholder, parents.stride(0), selected, selected.stride(0),
         draft_tokens, draft_tokens.stride(0), seq_lens, seq_lens.stride(0), block_starts, mask.numel(),
         error_flag.flag(device), error_flag.code("build_tree", "seq_lens"),
-        tokens, positions, links[0], links[1], links[2], mask.view(torch.uint8) if mask.dtype == torch.bool else mask,
-        links[3], links[4], parents.shape[1], topk, num_steps,
+        outputs, mask.view(torch.uint8) if mask.dtype == torch.bool else mask, parents.shape[1], topk, num_steps,
         N=num_nodes, N_PAD=config.padded_nodes, MASK_MODE=_MASK_CODES[mask_mode], num_warps=config.num_warps,
     )
     return tree
@@ -220,9 +232,8 @@ def compile_specs(target: KernelTarget):
                     "selected_ptr": "*i64", "selected_stride": "i64", "draft_tokens_ptr": f"*{index_type}",
                     "draft_tokens_stride": "i64", "seq_lens_ptr": f"*{index_type}", "seq_lens_stride": "i64",
                     "block_starts_ptr": "*i64", "mask_numel": "i64",
-                    "flag_ptr": "*i64", "flag_code": "i64", "tokens_ptr": "*i64", "positions_ptr": "*i64", "retrieve_index_ptr": "*i64",
-                    "next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "mask_ptr": mask_pointer,
-                    "node_parents_ptr": "*i64", "node_depth_ptr": "*i64", "parent_columns": "i32", "topk": "i32", "num_steps": "i32",
+                    "flag_ptr": "*i64", "flag_code": "i64", "outputs_ptr": "*i64", "mask_ptr": mask_pointer,
+                    "parent_columns": "i32", "topk": "i32", "num_steps": "i32",
                     "N": "constexpr", "N_PAD": "constexpr", "MASK_MODE": "constexpr",
                 }
                 constexprs = {"N": num_nodes, "N_PAD": config.padded_nodes, "MASK_MODE": _MASK_CODES[mask_mode]}

@@ -539,12 +539,14 @@ def _pow2(count: int) -> int:
 
 @functools.lru_cache(maxsize=4096)  # a pure function of ints: computed once per shape
 def argmax_launch(target: KernelTarget, rows: int, vocab: int) -> ArgmaxLaunch:
-    """Tile width of the fused argmax. 256 threads per program (8 warps, or 4 wave64 warps on
-    AMD), 16 fp32 per thread; narrower tiles when the batch is too small to fill every SM."""
+    """Tile width of the fused argmax: narrower tiles when the batch is too small to fill every SM.
+    NVIDIA: 256 threads per program (8 warps), 16 fp32 per thread. AMD: 512 (8 wave64 warps),
+    8 fp32 per lane: at 16 per lane the token_bitmask variants spilled SGPRs (the compile matrix)."""
     if target.vendor == "interpreter":
         return ArgmaxLaunch(block=min(max(next_power_of_2(vocab), 16), 65536), warps=1)
     block = 2048 if rows * cdiv(vocab, 4096) < 4 * target.multiprocessors else 4096
-    return ArgmaxLaunch(block=min(block, max(next_power_of_2(vocab), 128)), warps=256 // target.warp_size)
+    threads = 512 if target.vendor == "amd" else 256
+    return ArgmaxLaunch(block=min(block, max(next_power_of_2(vocab), 128)), warps=target.warps(threads))
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of ints: computed once per shape
@@ -560,11 +562,14 @@ def walk_launch(target: KernelTarget, bs: int, nodes: int) -> WalkLaunch:
 @functools.lru_cache(maxsize=4096)  # a pure function of ints: computed once per shape
 def chain_launch(target: KernelTarget, bs: int, width: int, tiles: int) -> WalkLaunch:
     """The chain prefix match holds a (width, tiles) matrix of tile maxima: about 8 per thread,
-    up to 256 threads (wave64 on AMD counts as 64)."""
+    up to 256 threads on NVIDIA; on AMD about 4 per lane, up to 512 lanes (8 per lane and 256
+    lanes spilled SGPRs at width 64 with Triton 3.9, and with a token_bitmask with 3.6)."""
     walk = walk_launch(target, bs, width)
     if target.vendor == "interpreter":
         return walk
-    return WalkLaunch(requests=walk.requests, warps=target.warps(min(256, max(target.warp_size, _pow2(width) * _pow2(tiles) // 8))))
+    per_thread, max_threads = (4, 512) if target.vendor == "amd" else (8, 256)
+    threads = min(max_threads, max(target.warp_size, _pow2(width) * _pow2(tiles) // per_thread))
+    return WalkLaunch(requests=walk.requests, warps=target.warps(threads))
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of ints: computed once per shape
