@@ -30,7 +30,9 @@ from .launch import KernelTarget, cdiv, next_power_of_2
 
 MAX_GRID_Y = 65535  # CUDA/HIP limit of grid dimension 1: requests per launch
 STEPS_BLOCK = 1024
-STEPS_WARPS = 8  # 1024 requests x a dozen int64 vectors: 4 warps spill on gfx942 (compile matrix)
+# 1024 requests x a dozen int64 vectors per program: 256 lanes spill on gfx942, and 256 threads
+# (8 warps) leave an 8 B local frame on sm_80 since the error-flag record (compile matrix).
+STEPS_THREADS = 512
 
 
 @triton.jit
@@ -208,7 +210,7 @@ def scatter_mamba_state(*, dst, src, dst_slots, src_steps, src_rows=None, target
     return dst
 
 
-def _steps_launch(verdict, seq_lens, *, op, track_interval, steps, slots=None, track_slots=None, src_rows=None,
+def _steps_launch(verdict, seq_lens, *, op, track_interval, steps, target: KernelTarget, slots=None, track_slots=None, src_rows=None,
                   index=None, bytes_moved=None, num_slots=0, num_rows=0, bytes_per_request=0) -> None:
     """Run ``_commit_steps_kernel``; with ``bytes_moved`` also the commit outputs (see the kernel)."""
     accept_index = verdict.accept_index
@@ -228,7 +230,7 @@ def _steps_launch(verdict, seq_lens, *, op, track_interval, steps, slots=None, t
         track_interval if has_track else 1, num_slots, num_rows, bytes_per_request,
         error_flag.flag(steps.device), error_flag.code(op, "verdict.accept_lens"),
         HAS_TRACK=has_track, FOR_COMMIT=bytes_moved is not None, HAS_ROWS=src_rows is not None,
-        BLOCK=min(max(next_power_of_2(bs), 16), STEPS_BLOCK), num_warps=STEPS_WARPS,
+        BLOCK=min(max(next_power_of_2(bs), 16), STEPS_BLOCK), num_warps=target.warps(STEPS_THREADS),
     )
 
 
@@ -238,7 +240,7 @@ def mamba_commit_steps(verdict, seq_lens, *, track_interval: Optional[int] = Non
     bs = accept_index.shape[0]
     steps = torch.empty((2, bs), dtype=torch.int32, device=accept_index.device)
     if bs:
-        _steps_launch(verdict, seq_lens, op="mamba_commit_steps", track_interval=track_interval, steps=steps)
+        _steps_launch(verdict, seq_lens, op="mamba_commit_steps", track_interval=track_interval, steps=steps, target=target)
     return steps[0], steps[1]
 
 
@@ -257,7 +259,7 @@ def commit_mamba_state(
     track_slots = None if track_slots is None else _vector(track_slots)
     src_rows = None if src_rows is None else _vector(src_rows)
     index = torch.empty((2, 2 * bs), dtype=torch.int32, device=device) if track_slots is not None else None
-    _steps_launch(verdict, seq_lens, op="commit_mamba_state", track_interval=track_interval, steps=steps, slots=slots, track_slots=track_slots,
+    _steps_launch(verdict, seq_lens, op="commit_mamba_state", track_interval=track_interval, steps=steps, target=target, slots=slots, track_slots=track_slots,
                   src_rows=src_rows, index=index, bytes_moved=bytes_moved, num_slots=ssm_state.shape[1],
                   num_rows=ssm_intermediate.shape[1], bytes_per_request=commit_bytes_per_request(ssm_state, conv_state))
     if index is None:  # commit set only: the caller's slots and rows, our last_step
@@ -314,7 +316,7 @@ def compile_specs(target: KernelTarget):
                     signature.update({"bytes_per_request": "i64", "flag_ptr": "*i64", "flag_code": "i64", "HAS_TRACK": "constexpr", "FOR_COMMIT": "constexpr",
                                       "HAS_ROWS": "constexpr", "BLOCK": "constexpr"})
                     constexprs = {"HAS_TRACK": has_track, "FOR_COMMIT": for_commit, "HAS_ROWS": has_rows, "BLOCK": STEPS_BLOCK}
-                    specs.append((_commit_steps_kernel, signature, constexprs, STEPS_WARPS))
+                    specs.append((_commit_steps_kernel, signature, constexprs, target.warps(STEPS_THREADS)))
     return specs
 
 
@@ -324,5 +326,5 @@ def describe_launch(target: KernelTarget) -> list[str]:
         block, warps = scatter_config(target, element_size, state_numel)
         lines.append(f"scatter_mamba_state {label}: BLOCK={block}, {cdiv(state_numel, block)} tiles/layer/request, "
                      f"{warps} warps x {target.warp_size} lanes, grid (L x tiles, requests)")
-    lines.append(f"mamba_commit_steps: 1 program, BLOCK<={STEPS_BLOCK}, {STEPS_WARPS} warps")
+    lines.append(f"mamba_commit_steps: 1 program, BLOCK<={STEPS_BLOCK}, {target.warps(STEPS_THREADS)} warps x {target.warp_size} lanes")
     return lines

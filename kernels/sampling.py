@@ -799,7 +799,8 @@ def compile_specs(target: KernelTarget):
             specs.append(runtime_specialized(target, _fused_walk_kernel, signature, constexprs, config.warps,
                                              values={"stride_row": vocab, "stride_col": 1, "vocab": vocab,
                                                      "id_bits": max(1, (vocab - 1).bit_length()), "top_k_value": 50, "tensor_params": 15,
-                                                     "bs": bs, "nodes": nodes, "num_steps": steps}))
+                                                     "bs": bs, "nodes": nodes, "num_steps": steps,
+                                                     "flag_code": _TREE_IDS_CODE, "chain_shift": 0}))
     coin_signature = {"seed_ptr": "*i64", "offset_ptr": "*i64", "coins_ptr": "*fp32", "final_ptr": "*fp32", "bs": "i32", "width": "i32",
                       "BLOCK_R": "constexpr", "W_PAD": "constexpr"}
     for width in (4, 16):
