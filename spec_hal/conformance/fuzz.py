@@ -364,8 +364,8 @@ def _to_exact(tensor: torch.Tensor, device) -> torch.Tensor:
     device = torch.device(device)
     if tensor.device.type == "meta" or tensor.device == device:
         return tensor
-    if tensor.is_non_overlapping_and_dense():
-        return tensor.to(device)  # keeps the strides
+    if tensor.is_contiguous():
+        return tensor.to(device)
     raw = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(tensor.untyped_storage())
     moved = raw.to(device, copy=True).untyped_storage()
     return torch.empty(0, dtype=tensor.dtype, device=device).set_(moved, tensor.storage_offset(), tensor.size(), tensor.stride())
