@@ -7,6 +7,7 @@ import spec_hal.verify as reference
 from spec_hal.backend import Backend, Provider
 from spec_hal.conformance import guards
 from spec_hal.conformance.cases import test_verify as cases
+from spec_hal.conformance.verdicts import VERDICT_FIELDS
 from spec_hal.selection import get_backend
 from spec_hal.types import DraftTree, Verdict
 
@@ -21,7 +22,7 @@ def backend_with(op, fn):
 def _write(result: Verdict, out):
     if out is None:
         return result
-    for field in cases.FIELDS:
+    for field in VERDICT_FIELDS:
         getattr(out, field).copy_(getattr(result, field))
     return out
 

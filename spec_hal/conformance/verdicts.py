@@ -96,3 +96,13 @@ def golden_tree_round() -> RandomRound:
     accept_lens = torch.tensor([2, 3], dtype=torch.int32)
     verdict = Verdict(predict=predict, accept_index=accept_index, num_correct=accept_lens - 1, accept_lens=accept_lens)
     return RandomRound(verdict, tokens, depths, parents, [[0, 1], [0, 2, 3]], [[101, 190], [202, 203, 290]])
+
+
+VERDICT_FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
+
+
+def assert_same_verdict(actual: Verdict, expected: Verdict) -> None:
+    """Every Verdict field bit-identical to the reference's (compared on the CPU)."""
+    for field in VERDICT_FIELDS:
+        got, want = getattr(actual, field).cpu(), getattr(expected, field).cpu()
+        assert torch.equal(got, want), f"{field} differs from the reference:\n got  {got.tolist()}\n want {want.tolist()}"

@@ -19,9 +19,9 @@ from spec_hal.conformance.guards import assert_rejects, call_without_sync, embed
 from spec_hal.conformance.inputs import logits_rows
 from spec_hal.conformance.tolerances import assert_close
 from spec_hal.conformance.trees import random_tree, replicate, tree_from_parents, tree_to
+from spec_hal.conformance.verdicts import VERDICT_FIELDS, assert_same_verdict
 from spec_hal.types import Verdict
 
-FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
 # Statistical tests: chi-square over V = 8 outcomes (7 degrees of freedom) below 30, the 0.99995
 # quantile (seeded, so deterministic). Power: with 100,000 draws, moving 0.01 of probability
 # between two outcomes of probability 1/8 gives a noncentrality of 1e5 * 2 * 1e-4 / 0.125 = 160,
@@ -54,12 +54,6 @@ def random_bitmask(rows: int, vocab: int, *, seed: int, indexed: bool, density: 
 
 def _to(device, *tensors):
     return tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in tensors)
-
-
-def _assert_same(actual: Verdict, expected: Verdict) -> None:
-    for field in FIELDS:
-        got, want = getattr(actual, field).cpu(), getattr(expected, field).cpu()
-        assert torch.equal(got, want), f"{field} differs from the reference:\n got  {got.tolist()}\n want {want.tolist()}"
 
 
 def _assert_path_allowed(verdict: Verdict, allowed: torch.Tensor, nodes: int) -> None:
@@ -157,7 +151,7 @@ def test_verify_greedy_masked(backend, steps, nodes, bs, indexed):
     expected = verify_reference.verify_greedy(tree, candidates, logits, token_bitmask=bitmask, bitmask_index=index)
     device = backend.device
     verdict = call_without_sync(device, backend.verify_greedy, tree, candidates, logits, token_bitmask=bitmask, bitmask_index=index)
-    _assert_same(verdict, expected)
+    assert_same_verdict(verdict, expected)
     _assert_path_allowed(verdict, allowed, nodes)
 
 
@@ -192,7 +186,7 @@ def test_verify_sampling_masked(backend, steps, nodes, bs, indexed):
     device = backend.device
     verdict = call_without_sync(device, backend.verify_sampling, tree, candidates, probs, coins, final_coins,
                                 token_bitmask=bitmask, bitmask_index=index)
-    _assert_same(verdict, expected)
+    assert_same_verdict(verdict, expected)
     _assert_path_allowed(verdict, allowed, nodes)
 
 
@@ -251,7 +245,7 @@ def test_verify_chain_sampling_masked_and_without_draft_probs(backend, steps, wi
     device = backend.device
     verdict = call_without_sync(device, backend.verify_chain_sampling, draft_ids, draft, target, coins, final_coins,
                                 token_bitmask=bitmask, bitmask_index=index)
-    _assert_same(verdict, expected)
+    assert_same_verdict(verdict, expected)
     if masked:
         _assert_path_allowed(verdict, allowed, steps + 1)
 
@@ -361,7 +355,7 @@ def test_verify_tree_sampling_matches_reference(backend, steps, nodes, masked):
     expected = verify_reference.verify_tree_sampling(tree, candidates, draft, target, coins, final_coins, **kwargs)
     device = backend.device
     verdict = call_without_sync(device, backend.verify_tree_sampling, tree, candidates, draft, target, coins, final_coins, **kwargs)
-    _assert_same(verdict, expected)
+    assert_same_verdict(verdict, expected)
     if masked:
         _assert_path_allowed(verdict, allowed, nodes)
 
@@ -392,9 +386,9 @@ def test_verify_tree_sampling_bounded(backend):
               embedded_input(target, device, margin_value=1.0), coins.to(device), final_coins.to(device))
     with no_host_sync(device):
         backend.verify_tree_sampling(*inputs, out=out)
-    for guard, field in zip(guards, FIELDS):
+    for guard, field in zip(guards, VERDICT_FIELDS):
         guard.assert_intact(field)
-    _assert_same(out, expected)
+    assert_same_verdict(out, expected)
     empty = torch.zeros(0, nodes, dtype=torch.int64, device=device)
     empty_tree = dataclasses.replace(tree_to(tree, device), retrieve_index=empty, retrieve_next_token=empty, retrieve_next_sibling=empty)
     verdict = backend.verify_tree_sampling(empty_tree, empty, torch.zeros(0, nodes, vocab, device=device), torch.zeros(0, nodes, vocab, device=device),

@@ -11,25 +11,15 @@ import spec_hal.kv as kv_reference
 import spec_hal.mamba as mamba_reference
 import spec_hal.ragged as reference
 import spec_hal.verify as verify_reference
-from spec_hal.conformance.cases.test_masks import random_bitmask
+from spec_hal.conformance.cases.test_masks import _to, random_bitmask
 from spec_hal.conformance.cases.test_verify import _guarded_verdict
 from spec_hal.conformance.guards import assert_rejects, call_without_sync, embedded_input, no_host_sync
+from spec_hal.conformance.verdicts import VERDICT_FIELDS, assert_same_verdict
 from spec_hal.types import Verdict
 
-FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
 # (name, counts) with max_drafts = 4: mixed with zeros, all zero, all full, one request.
 COUNTS = {"mixed": [0, 3, 4, 1, 0, 2, 4, 0, 1], "all_zero": [0, 0, 0, 0], "all_full": [4, 4, 4], "single": [2], "empty": []}
 MAX_DRAFTS = 4
-
-
-def _to(device, *tensors):
-    return tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in tensors)
-
-
-def _assert_same(actual: Verdict, expected: Verdict) -> None:
-    for field in FIELDS:
-        got, want = getattr(actual, field).cpu(), getattr(expected, field).cpu()
-        assert torch.equal(got, want), f"{field} differs from the reference:\n got  {got.tolist()}\n want {want.tolist()}"
 
 
 def _greedy_inputs(counts: list[int], vocab: int, *, seed: int):
@@ -80,7 +70,7 @@ def test_verify_chain_ragged(backend, name, form):
     expected = reference.verify_chain_ragged(drafts, counts_t, target, max_drafts=MAX_DRAFTS, **kwargs)
     device = backend.device
     verdict = call_without_sync(device, backend.verify_chain_ragged, drafts, counts_t.to(torch.int32), target, max_drafts=MAX_DRAFTS, **kwargs)
-    _assert_same(verdict, expected)
+    assert_same_verdict(verdict, expected)
     # Independent oracle: the padded verify_chain (reference) on the -1 padded chain.
     candidates, padded_rows = _padded_chain(drafts, counts_t, rows)
     if form != "logits_masked" and len(counts):
@@ -116,7 +106,7 @@ def test_verify_chain_sampling_ragged(backend, name, with_draft_probs, masked):
     device = backend.device
     verdict = call_without_sync(device, backend.verify_chain_sampling_ragged, drafts, counts_t, draft_probs, target_probs, coins,
                                 final_coins, max_drafts=MAX_DRAFTS, **kwargs)
-    _assert_same(verdict, expected)
+    assert_same_verdict(verdict, expected)
     zero = counts_t == 0
     assert (verdict.num_correct.cpu()[zero] == 0).all()
     assert (verdict.num_correct.cpu() <= counts_t).all()
@@ -151,9 +141,9 @@ def test_verify_chain_sampling_ragged_bounded(backend, name, with_draft_probs):
     with no_host_sync(device):
         returned = backend.verify_chain_sampling_ragged(*inputs, max_drafts=MAX_DRAFTS, out=out)
     assert returned.predict.data_ptr() == out.predict.data_ptr(), "out= buffers were not used"
-    for guard, field in zip(guards, FIELDS):
+    for guard, field in zip(guards, VERDICT_FIELDS):
         guard.assert_intact(field)
-    _assert_same(out, expected)
+    assert_same_verdict(out, expected)
 
 
 @pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
@@ -177,7 +167,7 @@ def test_ragged_verdict_through_compaction_kv_and_mamba(backend):
     drafts, counts_t, logits = _greedy_inputs(counts, 37, seed=5)
     device = backend.device
     verdict = backend.verify_chain_ragged(*_to(device, drafts, counts_t, logits), max_drafts=MAX_DRAFTS)
-    host = Verdict(*(getattr(verdict, field).cpu() for field in FIELDS))
+    host = Verdict(*(getattr(verdict, field).cpu() for field in VERDICT_FIELDS))
     bs, nodes = len(counts), MAX_DRAFTS + 1
     assert torch.equal(backend.bonus_tokens(verdict).cpu(), compaction_reference.bonus_tokens(host))
     hidden = torch.randn(bs * nodes, 6)

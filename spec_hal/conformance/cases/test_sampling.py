@@ -10,9 +10,9 @@ import spec_hal.verify as verify_reference
 from spec_hal.conformance.guards import assert_rejects, embedded_input, guarded_output, no_host_sync
 from spec_hal.conformance.inputs import logits_rows
 from spec_hal.conformance.trees import random_tree, replicate, tree_from_parents, tree_to
+from spec_hal.conformance.verdicts import assert_same_verdict
 from spec_hal.topk import draft_topk
 
-FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
 # Statistical cases: chi-square over the V = 8 outcomes (at most 7 degrees of freedom) must stay
 # below 30, the 0.99995 quantile of chi-square(7), so a correct backend fails one case in 20000.
 # Power: with DRAWS = 12000 emitted tokens, a distribution off by Σ δ_v² / p_v >= 0.004 (for
@@ -28,12 +28,6 @@ STAT_LOGITS = torch.tensor([1.0, 2.5, 0.0, 1.8, -1.0, 2.2, 1.2, 0.5])
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.cpu().contiguous().view(torch.int32)
-
-
-def _assert_same_verdict(actual, expected) -> None:
-    for field in FIELDS:
-        got, want = getattr(actual, field).cpu(), getattr(expected, field).cpu()
-        assert torch.equal(got, want), f"{field} differs from the reference:\n got  {got.tolist()}\n want {want.tolist()}"
 
 
 def _assert_logprobs_close(actual, expected) -> None:
@@ -169,7 +163,7 @@ def test_verify_sampling_from_logits_bit_identical(backend, steps, nodes, bs, ra
     kwargs = {**_params_to(params, device), **_params_to(source, device)}
     with no_host_sync(device):
         got = backend.verify_sampling_from_logits(*inputs, **kwargs, logprobs=logprobs, top_logprobs=3)
-    _assert_same_verdict(got.verdict, expected.verdict)
+    assert_same_verdict(got.verdict, expected.verdict)
     _assert_logprobs_close(got.logprobs, expected.logprobs)
     assert torch.equal(got.top_ids.cpu(), expected.top_ids), "top_logprobs ids differ from the reference"
     _assert_logprobs_close(got.top_logprobs, expected.top_logprobs)
@@ -197,7 +191,7 @@ def test_verify_from_logits_equals_processing_then_verify(backend, dtype):
     row_params = {name: value.repeat_interleave(nodes) for name, value in params.items()}
     probs = backend.process_logits(dev(logits), **_params_to(row_params, device))
     two_step = backend.verify_sampling(tree_to(tree, device), dev(candidates), probs, dev(coins), dev(final_coins))
-    _assert_same_verdict(fused, two_step)
+    assert_same_verdict(fused, two_step)
     greedy = verify_reference.verify_greedy(tree, candidates, logits)
     for b in (params["temperature"] == 0).nonzero()[:, 0].tolist():
         assert fused.accept_index[b].tolist() == greedy.accept_index[b].tolist()
@@ -225,13 +219,13 @@ def test_verify_chain_sampling_from_logits(backend, draft, steps, bs):
     inputs, kwargs = (dev(draft_ids), dev(q), dev(logits)), {**_params_to(params, device), "seed": dev(seed), "offset": dev(offset)}
     with no_host_sync(device):
         got = backend.verify_chain_sampling_from_logits(*inputs, **kwargs, logprobs="processed")
-    _assert_same_verdict(got.verdict, expected.verdict)
+    assert_same_verdict(got.verdict, expected.verdict)
     _assert_logprobs_close(got.logprobs, expected.logprobs)
     coins, final = reference.draw_coins(bs, steps, "cpu", seed=seed, offset=offset, generator=None, coins=None, final_coins=None)
     probs = backend.process_logits(dev(logits), **_params_to({k: v.repeat_interleave(steps + 1) for k, v in params.items()}, device))
     q_used = reference.one_hot_draft_probs(draft_ids, vocab) if q is None else q
     two_step = backend.verify_chain_sampling(dev(draft_ids), dev(q_used), probs, dev(coins), dev(final))
-    _assert_same_verdict(got.verdict, two_step)
+    assert_same_verdict(got.verdict, two_step)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -335,7 +329,7 @@ def test_batch_invariance_and_reproducibility(backend):
     assert torch.equal(alone.logprobs.cpu()[0].nan_to_num(7.0), batch.logprobs.cpu()[37].nan_to_num(7.0))
     again = backend.verify_sampling_from_logits(tree_to(tree, device), dev(candidates), dev(logits), **_params_to(params, device),
                                                 seed=dev(seed), offset=dev(offset), logprobs="raw")
-    _assert_same_verdict(again.verdict, batch.verdict)
+    assert_same_verdict(again.verdict, batch.verdict)
     c0 = reference.hash_coins(seed, offset, torch.arange(nodes), reference.PURPOSE_ACCEPT)
     c1 = reference.hash_coins(seed, offset + 1, torch.arange(nodes), reference.PURPOSE_ACCEPT)
     assert not torch.equal(c0, c1)

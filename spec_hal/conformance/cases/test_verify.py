@@ -9,9 +9,9 @@ import spec_hal.verify as reference
 from spec_hal.conformance.guards import assert_rejects, embedded_input, guarded_output, no_host_sync
 from spec_hal.conformance.inputs import logits_rows
 from spec_hal.conformance.trees import golden_tree, random_tree, replicate, tree_from_parents, tree_to
+from spec_hal.conformance.verdicts import VERDICT_FIELDS, assert_same_verdict
 from spec_hal.types import Verdict
 
-FIELDS = ("predict", "accept_index", "num_correct", "accept_lens")
 COIN_TOP = 1.0 - 2.0**-24
 # Statistical tests: chi-square over the V = 8 outcomes (7 degrees of freedom) must stay below
 # 30, the 0.99995 quantile; seeded, so the outcome is deterministic.
@@ -37,15 +37,9 @@ def _call(backend, op: str, *args, nodes: int, width: int, **kwargs) -> Verdict:
     with no_host_sync(device):
         returned = getattr(backend, op)(*args, out=out, **kwargs)
     assert returned.predict.data_ptr() == out.predict.data_ptr(), "out= buffers were not used"
-    for guard, field in zip(guards, FIELDS):
+    for guard, field in zip(guards, VERDICT_FIELDS):
         guard.assert_intact(field)
-    return Verdict(*(getattr(out, field).cpu() for field in FIELDS))
-
-
-def _assert_same(actual: Verdict, expected: Verdict) -> None:
-    for field in FIELDS:
-        got, want = getattr(actual, field), getattr(expected, field)
-        assert torch.equal(got.cpu(), want.cpu()), f"{field} differs from the reference:\n got  {got.tolist()}\n want {want.tolist()}"
+    return Verdict(*(getattr(out, field).cpu() for field in VERDICT_FIELDS))
 
 
 def _check_walk_invariants(tree, candidates, verdict: Verdict) -> None:
@@ -199,7 +193,7 @@ def test_verify_greedy_random_trees(backend, steps, nodes, bs, id_dtype):
     device = backend.device
     verdict = _call(backend, "verify_greedy", tree_to(tree, device), candidates.to(id_dtype).to(device), target.to(device),
                     nodes=nodes, width=steps + 1)
-    _assert_same(verdict, reference.verify_greedy(tree, candidates, target))
+    assert_same_verdict(verdict, reference.verify_greedy(tree, candidates, target))
     _check_walk_invariants(tree, candidates, verdict)
 
 
@@ -225,7 +219,7 @@ def test_verify_greedy_fused_argmax(backend, vocab, dtype):
     device = backend.device
     verdict = _call(backend, "verify_greedy", tree_to(tree, device), candidates.to(device), logits, nodes=nodes, width=steps + 1)
     expected = reference.verify_greedy(tree, candidates, logits_cpu)
-    _assert_same(verdict, expected)
+    assert_same_verdict(verdict, expected)
     _check_walk_invariants(tree, candidates, verdict)
     on_path = verdict.predict[verdict.predict >= 0]
     assert (on_path < vocab).all(), "an argmax id is outside [0, V)"
@@ -266,7 +260,7 @@ def test_verify_sampling_random_trees(backend, steps, nodes, bs, vocab, threshol
                     final_coins.to(device), threshold_single=thresholds[0], threshold_acc=thresholds[1], nodes=nodes, width=steps + 1)
     expected = reference.verify_sampling(tree, candidates, probs_cpu, coins, final_coins, threshold_single=thresholds[0],
                                          threshold_acc=thresholds[1])
-    _assert_same(verdict, expected)
+    assert_same_verdict(verdict, expected)
     _check_walk_invariants(tree, candidates, verdict)
 
 
@@ -286,7 +280,7 @@ def test_verify_sampling_edge_coins(backend, coin_kind):
     device = backend.device
     verdict = _call(backend, "verify_sampling", tree_to(tree, device), candidates.to(device), probs.to(device), coins.to(device),
                     final_coins.to(device), nodes=5, width=3)
-    _assert_same(verdict, reference.verify_sampling(tree, candidates, probs, coins, final_coins))
+    assert_same_verdict(verdict, reference.verify_sampling(tree, candidates, probs, coins, final_coins))
     if coin_kind == "boundary":
         # coin 0.25: not < acc 0.25 after node 1; node 2 repeats token 1 (p counts 0); node 3 takes
         # acc to 0.375 > 0.25: accepted. Coin 0.375 == acc: rejected everywhere, residual sampled.
@@ -312,7 +306,7 @@ def test_verify_sampling_nan_and_zero_rows(backend):
     device = backend.device
     verdict = _call(backend, "verify_sampling", tree_to(tree, device), candidates.to(device), probs.to(device), coins.to(device),
                     final_coins.to(device), nodes=3, width=2)
-    _assert_same(verdict, reference.verify_sampling(tree, candidates, probs, coins, final_coins))
+    assert_same_verdict(verdict, reference.verify_sampling(tree, candidates, probs, coins, final_coins))
     assert verdict.predict[0].item() == 0 and verdict.num_correct[0].item() == 0
     assert verdict.predict[6].item() == 6, "no residual mass: the unmodified target row is sampled"
 
@@ -344,7 +338,7 @@ def test_verify_chain_sampling_random(backend, steps, bs, vocab):
     before = p.clone(), q.clone()
     verdict = _call(backend, "verify_chain_sampling", draft_ids.to(device), embedded_input(q, device, margin_value=1.0) if steps else q.to(device),
                     embedded_input(p, device, margin_value=1.0), coins.to(device), final_coins.to(device), nodes=steps + 1, width=steps + 1)
-    _assert_same(verdict, reference.verify_chain_sampling(draft_ids, q, p, coins, final_coins))
+    assert_same_verdict(verdict, reference.verify_chain_sampling(draft_ids, q, p, coins, final_coins))
     assert torch.equal(before[0], p) and torch.equal(before[1], q)
 
 
@@ -509,7 +503,7 @@ def test_verify_wide_tree_bug4(backend, op):
         args = (embedded_input(probs, device, margin_value=1.0), coins.to(device), final_coins.to(device))
         expected = reference.verify_sampling(tree, candidates, probs, coins, final_coins)
     verdict = _call(backend, op, tree_to(tree, device), candidates.to(device), *args, nodes=nodes, width=steps + 1)
-    _assert_same(verdict, expected)
+    assert_same_verdict(verdict, expected)
     assert verdict.accept_index.shape == (bs, steps + 1)
     for b in range(bs):
         n = int(verdict.num_correct[b])
