@@ -35,9 +35,8 @@ from spec_hal import error_flag
 from spec_hal.types import DraftTree, Verdict
 
 from . import verify as verify_kernels
-from .error_flag import record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .verify import _link, _pick, _quantize, _sanitize_coins, _store_verdict
+from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 NO_ID = tl.constexpr(2**31 - 1)
@@ -347,9 +346,10 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
     node_ids = block_base[:, None] + lanes[None, :]
     cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
-    # Error flag, as the walk of verify_sampling records (spec_hal.verify.record_token_ids): ids
-    # < -1 or >= V; chain_shift 1 for a chain (drafts = nodes 1.., index b*S + j - 1).
-    record_invalid(flag_ptr, flag_code, ok & ((cand < -1) | (cand >= vocab)), node_ids - (req.to(tl.int64)[:, None] + 1) * chain_shift)
+    # Error flag, as the walk of verify_sampling records; chain_shift 1 for a chain (its links are
+    # ours; drafts = nodes 1.., index b*S + j - 1, recorded as the chain op's draft_ids).
+    _record_walk_values(flag_ptr, flag_code, next_token_ptr, next_sibling_ptr, cand, node_ids - (req.to(tl.int64)[:, None] + 1) * chain_shift,
+                        node_ids, ok, nodes, vocab, chain_shift)
     key = tl.zeros([BLOCK_R], dtype=tl.int64)
     if HASH_COINS:
         key = _hash_key(tl.load(seed_ptr + req, mask=req_ok, other=0).to(tl.int64), tl.load(offset_ptr + req, mask=req_ok, other=0).to(tl.int64))
@@ -623,8 +623,8 @@ def _scalar_or_tensor(value, dtype, placeholder: torch.Tensor, bit: int):
     return placeholder, value, 0
 
 
-# What the fused walk records for a candidate id < -1 or >= V: as the from-logits references do
-# (they record through verify_sampling / verify_chain_sampling on the processed rows).
+# What the fused walk records (a candidate id < -1 or >= V, a tree link neither -1 nor in [1, N)):
+# as the from-logits references do (they record through verify_sampling / verify_chain_sampling).
 _TREE_IDS_CODE = error_flag.code("verify_sampling", "candidates")
 _CHAIN_IDS_CODE = error_flag.code("verify_chain_sampling", "draft_ids")
 

@@ -41,7 +41,7 @@ from spec_hal import error_flag
 from spec_hal.types import DraftTree, Verdict
 import spec_hal.verify as semantics
 
-from .error_flag import record_invalid
+from .error_flag import ARGUMENT_STEP, record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 from .masks import mask_row_base, token_allowed
 
@@ -65,6 +65,27 @@ def _pick(matrix, index, lanes):
 def _link(value, nodes):
     """A tree link, or -1 when it is outside [1, N) (ends the list)."""
     return tl.where((value >= 1) & (value < nodes), value, -1)
+
+
+@triton.jit
+def _record_walk_values(flag_ptr, flag_code, next_token_ptr, next_sibling_ptr, cand, id_index, node_ids, ok, nodes, vocab, chain_shift):
+    """The error-flag record of a tree walk (spec_hal.verify.record_walk_values), in ONE predicated
+    atomic per program: per node lane, a candidate < -1 or >= V (argument 0 of the op; at flat
+    index ``id_index``; ``vocab`` < 0: V unknown, only ids < -1), else a ``retrieve_next_token``
+    (argument 1), else a ``retrieve_next_sibling`` (argument 2) that is neither -1 nor in [1, N)
+    (at ``node_ids``). ``chain_shift`` 1: the tree is a chain built by the host (its links are
+    not the caller's, so not read). The smallest code per lane is the reference's, and the atomic
+    min keeps the smallest over lanes. ``ok``: the lanes to check."""
+    # Tensors of int1 (the interpreter rejects a mask combined with a scalar such as program_id == 0).
+    ok = ok != 0
+    link_ok = ok & ((tl.zeros_like(node_ids) + chain_shift) == 0)
+    next_token = tl.load(next_token_ptr + node_ids, mask=link_ok, other=-1)
+    next_sibling = tl.load(next_sibling_ptr + node_ids, mask=link_ok, other=-1)
+    bad_id = ok & ((cand < -1) | ((vocab >= 0) & (cand >= vocab)))
+    bad_next = (next_token != -1) & (_link(next_token, nodes) < 0)
+    bad_sibling = (next_sibling != -1) & (_link(next_sibling, nodes) < 0)
+    argument = tl.where(bad_id, 0, tl.where(bad_next, 1, 2)).to(tl.int64)
+    record_invalid(flag_ptr, flag_code + argument * ARGUMENT_STEP, bad_id | bad_next | bad_sibling, tl.where(bad_id, id_index, node_ids))
 
 
 @triton.jit
@@ -249,8 +270,8 @@ def _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, pr
 
 @triton.jit
 def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles,
-                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps,
-                        mask_ptr, index_ptr, num_masks, mask_width,
+                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
+                        mask_ptr, index_ptr, num_masks, mask_width, flag_ptr, flag_code,
                         BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
                         HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -299,6 +320,9 @@ def _greedy_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, target_ptr, 
     node_ids = block_base[:, None] + lanes[None, :]
     _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
                    req, req_ok, ok, node_ids, width_lanes, num_steps)
+    # Error flag, after the walk: its rows are cached by now and nothing stays live across it.
+    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
+    _record_walk_values(flag_ptr, flag_code, next_token_ptr, next_sibling_ptr, cand, node_ids, node_ids, ok, nodes, vocab, 0)
 
 
 @triton.jit
@@ -317,10 +341,10 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
     node_ids = block_base[:, None] + lanes[None, :]
     cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
-    # Error flag (spec_hal.verify.record_token_ids): ids < -1 or >= V, by the first chunk's program;
-    # chain_shift 1 when the walk runs a chain (drafts = nodes 1.., index b*S + j - 1).
-    record_invalid(flag_ptr, flag_code, (tl.program_id(1) == 0) & ok & ((cand < -1) | (cand >= vocab)),
-                   node_ids - (req.to(tl.int64)[:, None] + 1) * chain_shift)
+    # Error flag, by the first chunk's program; chain_shift 1 when the walk runs a chain (its links
+    # are ours; drafts = nodes 1.., index b*S + j - 1, recorded as the chain op's draft_ids).
+    _record_walk_values(flag_ptr, flag_code, next_token_ptr, next_sibling_ptr, cand, node_ids - (req.to(tl.int64)[:, None] + 1) * chain_shift,
+                        node_ids, (tl.program_id(1) == 0) & ok, nodes, vocab, chain_shift)
     request_rows = req.to(tl.int64) * stride_pb
 
     width_lanes = tl.arange(0, W_PAD)
@@ -397,8 +421,8 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
 
 
 @triton.jit
-def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_correct_ptr, bonus_ptr, bs, width,
-                         mask_ptr, index_ptr, num_masks, mask_width,
+def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_correct_ptr, bonus_ptr, bs, width, vocab,
+                         mask_ptr, index_ptr, num_masks, mask_width, flag_ptr, flag_code,
                          BLOCK_R: tl.constexpr, B_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
                          HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -420,6 +444,10 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
     bonus = _pick(target, num_correct, lanes)
     tl.store(num_correct_ptr + req, num_correct.to(tl.int32), mask=req_ok)
     tl.store(bonus_ptr + req, bonus, mask=req_ok)
+    # Error flag (spec_hal.verify.record_token_ids): every column, the root's included; the row is
+    # the drafts' (cached); vocab < 0 when V is unknown (target token ids).
+    cand = tl.load(cand_ptr + ids, mask=ok, other=-1).to(tl.int64)
+    record_invalid(flag_ptr, flag_code, ok & ((cand < -1) | ((vocab >= 0) & (cand >= vocab))), ids)
 
 
 @triton.jit
@@ -670,6 +698,18 @@ def _probs_strides(probs: torch.Tensor, rows: int) -> tuple[int, int, int]:
     return probs.stride(0) * rows, probs.stride(0), probs.stride(1)
 
 
+# The error-flag codes of each op's first argument (the kernels add ARGUMENT_STEP for the others).
+_GREEDY_CODE = error_flag.code("verify_greedy", "candidates")
+_SAMPLING_CODE = error_flag.code("verify_sampling", "candidates")
+_CHAIN_CODE = error_flag.code("verify_chain", "candidates")
+_CHAIN_SAMPLING_CODE = error_flag.code("verify_chain_sampling", "draft_ids")
+
+
+def _vocab_or_unknown(target_predict: torch.Tensor) -> int:
+    """V of target logits, -1 for token ids (the greedy kernels then record only ids < -1)."""
+    return target_predict.shape[-1] if target_predict.dtype.is_floating_point else -1
+
+
 def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
                   bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_greedy`` (arguments validated by the caller; see spec_hal.verify)."""
@@ -683,7 +723,8 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
     config = walk_launch(target, bs, nodes)
     _greedy_walk_kernel[(cdiv(bs, config.requests),)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), ids, tile_max, tile_id, num_tiles,
-        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, *masks.args,
+        out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, _vocab_or_unknown(target_predict),
+        *masks.args, error_flag.flag(candidates.device), _GREEDY_CODE,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits,
         **masks.flags, num_warps=config.warps,
     )
@@ -712,7 +753,7 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
         target_probs, stride_b, stride_n, stride_v, coins.contiguous(), final_coins.contiguous(), float(threshold_single), float(threshold_acc),
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, vocab,
         sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(candidates.device),
-        error_flag.code(*(("verify_chain_sampling", "draft_ids") if record_as_chain else ("verify_sampling", "candidates"))),
+        _CHAIN_SAMPLING_CODE if record_as_chain else _SAMPLING_CODE,
         int(record_as_chain),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, SUB=config.sub,
         NB_PAD=config.nb_pad, SPLIT=config.chunks > 1, **masks.flags, num_warps=config.warps,
@@ -733,7 +774,8 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, toke
     ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = chain_launch(target, bs, width, num_tiles)
     _chain_greedy_kernel[(cdiv(bs, config.requests),)](
-        candidates.contiguous(), ids, tile_max, tile_id, num_tiles, out[0], out[1], bs, width, *masks.args,
+        candidates.contiguous(), ids, tile_max, tile_id, num_tiles, out[0], out[1], bs, width, _vocab_or_unknown(target_predict),
+        *masks.args, error_flag.flag(candidates.device), _CHAIN_CODE,
         BLOCK_R=config.requests, B_PAD=_pow2(width), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
         num_warps=config.warps,
     )
@@ -759,8 +801,7 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
     _chain_sampling_kernel[(cdiv(bs, config.requests), config.chunks)](
         draft_ids.contiguous(), draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
-        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(draft_ids.device),
-        error_flag.code("verify_chain_sampling", "draft_ids"),
+        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(draft_ids.device), _CHAIN_SAMPLING_CODE,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
         SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, num_warps=config.warps,
     )
@@ -827,17 +868,19 @@ def compile_specs(target: KernelTarget):
             tiles = num_tiles if from_logits else 1
             add(_greedy_walk_kernel,
                 {**walk_links, "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
-                 **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr",
-                 "W_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
+                 **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", **flag, "BLOCK_R": "constexpr",
+                 "N_PAD": "constexpr", "W_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
                 {"BLOCK_R": walk.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits},
-                walk.warps, masked=masked and from_logits, num_tiles=tiles, bs=bs, nodes=nodes, num_steps=steps)
+                walk.warps, masked=masked and from_logits, num_tiles=tiles, bs=bs, nodes=nodes, num_steps=steps,
+                vocab=vocab if from_logits else -1, flag_code=_GREEDY_CODE)
             add(_chain_greedy_kernel,
                 {"cand_ptr": "*i64", "target_ptr": target_type, "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32",
-                 "num_correct_ptr": "*i32", "bonus_ptr": "*i64", "bs": "i32", "width": "i32", "BLOCK_R": "constexpr",
-                 "B_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
+                 "num_correct_ptr": "*i32", "bonus_ptr": "*i64", "bs": "i32", "width": "i32", "vocab": "i32", **flag,
+                 "BLOCK_R": "constexpr", "B_PAD": "constexpr", "TILES_PAD": "constexpr", "FROM_LOGITS": "constexpr"},
                 {"BLOCK_R": walk.requests, "B_PAD": _pow2(nodes), "TILES_PAD": _pow2(tiles), "FROM_LOGITS": from_logits},
                 chain_launch(target, bs, nodes, tiles).warps,
-                masked=masked and from_logits, num_tiles=tiles, bs=bs, width=nodes)
+                masked=masked and from_logits, num_tiles=tiles, bs=bs, width=nodes, vocab=vocab if from_logits else -1,
+                flag_code=_CHAIN_CODE)
         sampling = sampling_launch(target, bs, nodes, vocab)
         final = {"sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32"}
         final_values = {"sums_width": sampling.sums_width, "tiles_per_chunk": sampling.tiles_per_chunk}
@@ -849,7 +892,7 @@ def compile_specs(target: KernelTarget):
              "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}},
             {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), **final_constexprs},
             sampling.warps, masked=masked, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
-            vocab=vocab, **final_values, flag_code=error_flag.code("verify_sampling", "candidates"), chain_shift=0)
+            vocab=vocab, **final_values, flag_code=_SAMPLING_CODE, chain_shift=0)
         chain_steps = nodes - 1
         add(_chain_sampling_kernel,
             {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
@@ -858,7 +901,7 @@ def compile_specs(target: KernelTarget):
              "N_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}, "HAS_DRAFT_PROBS": "constexpr"},
             {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), **final_constexprs, "HAS_DRAFT_PROBS": True},
             sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
-            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values, flag_code=error_flag.code("verify_chain_sampling", "draft_ids"))
+            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values, flag_code=_CHAIN_SAMPLING_CODE)
     return specs
 
 

@@ -48,8 +48,11 @@ FLAGGED = {
     "mamba_commit_steps": ("verdict.accept_lens", "verdict.accept_index", "seq_lens"),
     "scatter_mamba_state": ("dst_slots", "src_steps", "src_rows"),
     "commit_mamba_state": ("verdict.accept_lens", "verdict.accept_index", "seq_lens", "slots", "track_slots", "src_rows"),
-    "verify_sampling": ("candidates",),
+    "verify_sampling": ("candidates", "tree.retrieve_next_token", "tree.retrieve_next_sibling"),
     "verify_chain_sampling": ("draft_ids",),
+    "verify_greedy": ("candidates", "tree.retrieve_next_token", "tree.retrieve_next_sibling"),
+    "verify_chain": ("candidates",),
+    "verify_tree_sampling": ("candidates", "tree.retrieve_next_token", "tree.retrieve_next_sibling"),
 }
 _OPS = tuple(FLAGGED)
 

@@ -244,7 +244,7 @@ def check_verify_sampling_from_logits(tree, candidates, target_logits, *, temper
     _check_logprobs(logprobs, top_logprobs, vocab)
     verify._check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
     if checks.value_checks_enabled():
-        verify.record_token_ids("verify_sampling_from_logits", "candidates", candidates, vocab)
+        verify.record_walk_values("verify_sampling_from_logits", tree, candidates, vocab)
 
 
 def check_verify_chain_sampling_from_logits(draft_ids, draft_probs, target_logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0,

@@ -202,7 +202,7 @@ _FLOAT_DTYPES = frozenset(checks.FLOAT_DTYPES)
 
 
 def check_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> None:
-    if token_bitmask is None and bitmask_index is None and out is None:  # the common call: checked in a few comparisons
+    if token_bitmask is None and bitmask_index is None and out is None and not checks.value_checks_enabled():  # the common call
         found = _tree_ok(tree)
         if found is not None and _index_like(candidates, found[0], found[1]) and _target_predict_ok(target_predict, *found):
             return
@@ -211,6 +211,8 @@ def check_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None,
     _check_target_predict("target_predict", target_predict, bs, nodes, device)
     _check_masked_logits(target_predict, token_bitmask, bitmask_index, bs * nodes, device)
     _check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
+    if checks.value_checks_enabled():
+        record_walk_values("verify_greedy", tree, candidates, _vocab_of(target_predict))
 
 
 def check_verify_sampling(tree, candidates, target_probs, coins, final_coins, *, threshold_single=1.0, threshold_acc=1.0,
@@ -233,12 +235,12 @@ def check_verify_sampling(tree, candidates, target_probs, coins, final_coins, *,
     _check_threshold("threshold_acc", threshold_acc)
     _check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
     if checks.value_checks_enabled():
-        record_token_ids("verify_sampling", "candidates", candidates, vocab)
+        record_walk_values("verify_sampling", tree, candidates, vocab)
 
 
 def check_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> None:
-    if (token_bitmask is None and bitmask_index is None and out is None and isinstance(candidates, torch.Tensor)
-            and candidates.dim() == 2 and not candidates.is_meta and candidates.dtype in _INDEX_DTYPES and candidates.shape[1] > 0
+    if (token_bitmask is None and bitmask_index is None and out is None and not checks.value_checks_enabled()
+            and isinstance(candidates, torch.Tensor) and candidates.dim() == 2 and not candidates.is_meta and candidates.dtype in _INDEX_DTYPES and candidates.shape[1] > 0
             and _target_predict_ok(target_predict, candidates.shape, candidates.device)):
         return  # the common call, checked in a few comparisons
     checks.tensor("candidates", candidates, ndim=2, dtypes=checks.INDEX_DTYPES)
@@ -248,6 +250,8 @@ def check_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmas
     _check_target_predict("target_predict", target_predict, bs, width, candidates.device)
     _check_masked_logits(target_predict, token_bitmask, bitmask_index, bs * width, candidates.device)
     checks.out_tensors("out", out, [((bs,), torch.int32), ((bs,), torch.int64)], candidates.device)
+    if checks.value_checks_enabled():
+        record_token_ids("verify_chain", "candidates", candidates, _vocab_of(target_predict))
 
 
 def check_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
@@ -275,11 +279,38 @@ def check_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, fin
         record_token_ids("verify_chain_sampling", "draft_ids", draft_ids, vocab)
 
 
-def record_token_ids(op: str, name: str, ids: torch.Tensor, vocab: int) -> None:
-    """The sampling tests' rule for a token id outside [0, V): probability 0, never accepted.
-    Ids < -1 or >= V are recorded in the error flag (first flat index; -1 is padding, as in the
-    ragged layout, and is not), or raise InvalidInput naming ``name`` in checked mode."""
-    record_invalid(op, name, (ids < -1) | (ids >= vocab), rule=f"token ids in [0, {vocab}) (or -1 padding)")
+def record_token_ids(op: str, name: str, ids: torch.Tensor, vocab: Optional[int]) -> None:
+    """The rule for a token id outside [0, V): probability 0 in the sampling tests, no match in the
+    greedy ones (never dereferenced), so never accepted. Ids < -1 or >= V are recorded in the
+    error flag (first flat index; -1 is padding, as in the ragged layout, and is not), or raise
+    InvalidInput naming ``name`` in checked mode. ``vocab`` None (greedy ops given the target's
+    token ids, not logits): V is unknown, only ids < -1 are recorded."""
+    if vocab is None:
+        record_invalid(op, name, ids < -1, rule="token ids >= 0 (or -1 padding)")
+    else:
+        record_invalid(op, name, (ids < -1) | (ids >= vocab), rule=f"token ids in [0, {vocab}) (or -1 padding)")
+
+
+def record_tree_links(op: str, tree: DraftTree) -> None:
+    """The walks' rule for a link outside [1, N): it ends the child/sibling list. Every entry
+    of ``tree.retrieve_next_token`` / ``tree.retrieve_next_sibling`` other than -1 (no link) and
+    outside [1, N) is recorded (first flat index b*N + j), or raises in checked mode."""
+    nodes = tree.retrieve_next_token.shape[1]
+    for name in ("retrieve_next_token", "retrieve_next_sibling"):
+        links = getattr(tree, name)
+        record_invalid(op, f"tree.{name}", (links != -1) & ((links < 1) | (links >= nodes)), rule=f"links in [1, {nodes}) or -1 (none)")
+
+
+def record_walk_values(op: str, tree: DraftTree, candidates: torch.Tensor, vocab: Optional[int]) -> None:
+    """What every tree walk records: ``candidates`` (record_token_ids), then the tree's links
+    (record_tree_links); checked mode raises for the first of them, the order of their codes."""
+    record_token_ids(op, "candidates", candidates, vocab)
+    record_tree_links(op, tree)
+
+
+def _vocab_of(target_predict: torch.Tensor) -> Optional[int]:
+    """V of target logits; None for token ids (the greedy ops then know no vocabulary)."""
+    return target_predict.shape[-1] if target_predict.dtype.is_floating_point else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -470,6 +501,7 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
         accept_index (bs, S+1) int32, num_correct (bs,) int32, accept_lens (bs,) int32.
     """
     bs, nodes = candidates.shape
+    record_walk_values("verify_greedy", tree, candidates, _vocab_of(target_predict))
     predicted = target_tokens(target_predict, bs, nodes, token_bitmask, bitmask_index)
     cand = candidates.to(torch.int64)
     block_base = torch.arange(bs, dtype=torch.int64, device=cand.device) * nodes
@@ -520,7 +552,7 @@ def verify_sampling(
     """
     bs, nodes = candidates.shape
     vocab = target_probs.shape[-1]
-    record_token_ids("verify_sampling", "candidates", candidates, vocab)
+    record_walk_values("verify_sampling", tree, candidates, vocab)
     probs = sanitize_probs(target_probs.reshape(bs, nodes, vocab))
     cand = candidates.to(torch.int64)
     if token_bitmask is not None:
@@ -597,6 +629,7 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, toke
         num_correct (bs,) int32 in [0, B-1] and bonus (bs,) int64 = target token at num_correct.
     """
     bs, width = candidates.shape
+    record_token_ids("verify_chain", "candidates", candidates, _vocab_of(target_predict))
     predicted = target_tokens(target_predict, bs, width, token_bitmask, bitmask_index)
     drafts = candidates[:, 1:].to(torch.int64)
     rows = torch.arange(bs * width, dtype=torch.int64, device=drafts.device).view(bs, width)[:, :-1]
@@ -690,6 +723,8 @@ def check_verify_tree_sampling(tree, candidates, draft_probs, target_probs, coin
     checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
     check_bitmask(token_bitmask, bitmask_index, rows=bs * nodes, vocab=vocab, device=device)
     _check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
+    if checks.value_checks_enabled():
+        record_walk_values("verify_tree_sampling", tree, candidates, vocab)
 
 
 def fake_verify_tree_sampling(tree, candidates, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
@@ -744,6 +779,7 @@ def verify_tree_sampling(
     bs, nodes = candidates.shape
     vocab = target_probs.shape[-1]
     device = candidates.device
+    record_walk_values("verify_tree_sampling", tree, candidates, vocab)
     p = sanitize_probs(target_probs.reshape(bs, nodes, vocab))
     if token_bitmask is not None:
         p = torch.where(allowed_matrix(token_bitmask, bitmask_index, bs * nodes, vocab).view(bs, nodes, vocab), p, torch.zeros_like(p))

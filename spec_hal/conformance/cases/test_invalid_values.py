@@ -90,6 +90,17 @@ TWO_INVALID = {
     "move_kv slot past the smaller cache": lambda: (_with("move_kv", caches=lambda caches: [caches[0], caches[1][:30]],
                                                           src=torch.tensor([3, 7, -1, 12, 35, 1]), dst=torch.tensor([4, 8, 9, 33, 31, 2])),
                                                     ("move_kv", "src", 4)),
+    # The tree walks record candidates, then retrieve_next_token, then retrieve_next_sibling
+    # (one atomic per program: the kernels take the smallest code per node lane).
+    **{f"{op} invalid candidate and links": (lambda op=op: (
+        _with(op, candidates=_set(10, -3), tree__retrieve_next_token=_set(0, 99), tree__retrieve_next_sibling=_set(1, 0)),
+        (op, "candidates", 10))) for op in ("verify_greedy", "verify_sampling")},
+    **{f"{op} invalid next_token and next_sibling": (lambda op=op: (
+        _with(op, tree__retrieve_next_token=_set(11, 6), tree__retrieve_next_sibling=_set(3, -2)), (op, "tree.retrieve_next_token", 11)))
+       for op in ("verify_greedy", "verify_sampling")},
+    **{f"{op} two invalid next_sibling entries": (lambda op=op: (
+        _with(op, tree__retrieve_next_sibling=_set_many({9: 2**40, 4: 0})), (op, "tree.retrieve_next_sibling", 4)))
+       for op in ("verify_greedy", "verify_sampling")},
 }
 
 
@@ -180,6 +191,22 @@ FLAGGED_RULES = {
                                             lambda: _with("verify_chain_sampling", draft_ids=_set(4, 2**40))),
     "verify_chain_sampling draft ids -1 and -5": (("verify_chain_sampling", "draft_ids", 2),
                                                   lambda: _with("verify_chain_sampling", draft_ids=lambda d: _set(2, -5)(_set(0, -1)(d)))),
+    # the greedy verifies: ids are compared, never dereferenced; with target token ids V is
+    # unknown (only ids < -1 count), with logits ids >= V count too
+    "verify_greedy candidate -2": (("verify_greedy", "candidates", 3), lambda: _with("verify_greedy", candidates=_set(3, -2))),
+    "verify_greedy candidate -1 is padding": ((None, None, None), lambda: _with("verify_greedy", candidates=_set(3, -1))),
+    "verify_greedy candidate past V of the logits": (("verify_greedy", "candidates", 8), lambda: _with(
+        "verify_greedy", candidates=_set(8, 50), target_predict=torch.randn(12, 50, generator=torch.Generator().manual_seed(8)))),
+    "verify_chain candidate -7": (("verify_chain", "candidates", 6), lambda: _with("verify_chain", candidates=_set(6, -7))),
+    "verify_chain candidate past V of the logits": (("verify_chain", "candidates", 2), lambda: _with(
+        "verify_chain", candidates=_set_many({2: 12, 7: -4}), target_predict=torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(9)))),
+    # the tree walks: a link that is neither -1 (none) nor in [1, N) ends the list and is recorded
+    **{f"{op} next_token 0": ((op, "tree.retrieve_next_token", 7), lambda op=op: _with(op, tree__retrieve_next_token=_set(7, 0)))
+       for op in ("verify_greedy", "verify_sampling")},
+    **{f"{op} next_token past N": ((op, "tree.retrieve_next_token", 1), lambda op=op: _with(op, tree__retrieve_next_token=_set(1, 2**40)))
+       for op in ("verify_greedy", "verify_sampling")},
+    **{f"{op} next_sibling -2": ((op, "tree.retrieve_next_sibling", 6), lambda op=op: _with(op, tree__retrieve_next_sibling=_set(6, -2)))
+       for op in ("verify_greedy", "verify_sampling")},
 }
 
 
@@ -187,11 +214,15 @@ FLAGGED_RULES = {
 def test_rule_is_recorded_like_the_reference(backend, label):
     (op, argument, index), make = FLAGGED_RULES[label]
     call = make()
-    assert fuzz.outcome(backend, call, label) == "reference answer (flagged)"  # the flag equals the reference's
+    # the flag equals the reference's (nothing recorded on either: op None)
+    assert fuzz.outcome(backend, call, label) == ("reference answer (flagged)" if op else "reference answer")
     args = fuzz._to(call.args, backend.device)
     error_flag.pending_errors(backend.device)
-    getattr(backend, op)(*(args[name] for name in call.positional), **{k: v for k, v in args.items() if k not in call.positional})
+    getattr(backend, call.op)(*(args[name] for name in call.positional), **{k: v for k, v in args.items() if k not in call.positional})
     recorded = error_flag.pending_errors(backend.device)
+    if op is None:
+        assert recorded == [], recorded
+        return
     assert len(recorded) == 1 and recorded[0][:2] == (op, argument), recorded
     if index is not None:
         assert recorded[0][2] == index, recorded
@@ -216,6 +247,60 @@ def test_chain_from_logits_records_draft_ids(backend, with_draft_probs):
         run(moved.pop("draft_ids"), moved.pop("draft_probs"), moved.pop("target_logits"), **moved)
         records.append(error_flag.pending_errors(device))
     assert records[0] == records[1] == [("verify_chain_sampling", "draft_ids", 4)], records
+
+
+def _walk_call(op: str, tree, candidates, call: fuzz.Call) -> tuple:
+    """(positional, keywords) of a call of ``op`` on verify_sampling's baseline arguments."""
+    probs, coins, final_coins = call.args["target_probs"], call.args["coins"], call.args["final_coins"]
+    if op == "verify_tree_sampling":
+        draft_probs = torch.softmax(torch.randn(probs.shape, generator=torch.Generator().manual_seed(10)), dim=-1)
+        return (tree, candidates, draft_probs, probs, coins, final_coins), {}
+    return (tree, candidates, torch.log(probs)), {"temperature": 1.0, "coins": coins, "final_coins": final_coins}
+
+
+# The walks of the other ops that take a DraftTree record like verify_sampling's (the from-logits
+# op records as verify_sampling: its reference runs verify_sampling on the processed rows).
+OTHER_WALKS = {
+    "verify_tree_sampling links": ("verify_tree_sampling", {"retrieve_next_token": {11: 6}, "retrieve_next_sibling": {3: 0}}, {},
+                                   ("verify_tree_sampling", "tree.retrieve_next_token", 11)),
+    "verify_tree_sampling candidate -2 and a link": ("verify_tree_sampling", {"retrieve_next_sibling": {2: -5}}, {9: -2},
+                                                     ("verify_tree_sampling", "candidates", 9)),
+    "verify_sampling_from_logits links": ("verify_sampling_from_logits", {"retrieve_next_sibling": {8: 2**40, 10: 0}}, {},
+                                          ("verify_sampling", "tree.retrieve_next_sibling", 8)),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in OTHER_WALKS])
+def test_other_walks_record_like_the_reference(backend, label):
+    op, link_changes, candidate_changes, expected = OTHER_WALKS[label]
+    call = fuzz.BASELINES["verify_sampling"]()
+    tree = call.args["tree"]
+    tree = dataclasses.replace(tree, **{name: _set_many(changes)(getattr(tree, name)) for name, changes in link_changes.items()})
+    positional, keywords = _walk_call(op, tree, _set_many(candidate_changes)(call.args["candidates"]), call)
+    records = []
+    for device, run in ((torch.device("cpu"), op_spec(op).reference), (backend.device, getattr(backend, op))):
+        moved = fuzz._to({"positional": list(positional), **keywords}, device)
+        error_flag.pending_errors(device)
+        run(*moved.pop("positional"), **moved)
+        records.append(error_flag.pending_errors(device))
+    assert records[0] == records[1] == [expected], records
+
+
+# Checked mode raises at once, naming the argument the caller passed (the first in code order).
+CHECKED = {
+    "verify_greedy next_sibling 0": ("tree.retrieve_next_sibling", lambda: _with("verify_greedy", tree__retrieve_next_sibling=_set(4, 0))),
+    "verify_greedy candidate -3 and a link": ("candidates", lambda: _with("verify_greedy", candidates=_set(5, -3),
+                                                                          tree__retrieve_next_token=_set(0, 6))),
+    "verify_sampling next_token past N": ("tree.retrieve_next_token", lambda: _with("verify_sampling", tree__retrieve_next_token=_set(2, 6))),
+    "verify_chain candidate -2": ("candidates", lambda: _with("verify_chain", candidates=_set(1, -2))),
+}
+
+
+@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in CHECKED])
+def test_walk_values_raise_in_checked_mode(backend, label, monkeypatch):
+    argument, make = CHECKED[label]
+    monkeypatch.setenv("SPEC_HAL_CHECKS", "1")
+    assert fuzz.outcome(backend, make(), label) == f"InvalidInput({argument})"
 
 
 @pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.spec_hal_op(label.split()[0])) for label in CASES])
