@@ -10,7 +10,9 @@ node order) and accepts at most one; if none is accepted the walk stops. Global 
 [1, N) ends the list, a level scans at most N nodes, and the walk stops after min(S, N - 1)
 levels (a tree of N nodes has at most N - 1 drafts to accept, whatever ``num_steps`` says;
 ``num_steps`` <= 1024), so a malformed tree can never make any backend read out of bounds or
-loop for long.
+loop for long. Such a link (any entry of either tensor that is neither -1, "no link", nor in
+[1, N)) is recorded in the error flag (``record_tree_links``), as are candidates < -1 or >= V
+(``record_token_ids``; -1 is padding): docs/reliability.md.
 
 ``Verdict.predict`` (bs*N,) int32: for every node on the accepted path, the token that follows it
 (the next accepted draft, or the bonus token for the last accepted node); **-1 on every other
