@@ -131,9 +131,6 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
     ok = req_ok[:, None] & (lanes[None, :] < nodes)
     block_base = req64 * nodes
     node_ids = block_base[:, None] + lanes[None, :]
-    # Error flag first (nothing of it stays live across the walk; the vocabulary passes dwarf the load).
-    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
-    _record_walk_values(flag_ptr, flag_code, next_token_ptr, next_sibling_ptr, cand, node_ids, node_ids, ok, nodes, vocab, 0)
 
     width_lanes = tl.arange(0, W_PAD)
     last = tl.zeros([BLOCK_R], dtype=tl.int32)
@@ -200,6 +197,9 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
     predict = tl.where(on_path != 0, next_tokens, -1)
     _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
                    req, req_ok, ok, node_ids, width_lanes, num_steps)
+    # Error flag last: recorded first, it left larger local frames around the fp64 divisions (sm_80).
+    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
+    _record_walk_values(flag_ptr, flag_code, next_token_ptr, next_sibling_ptr, cand, node_ids, node_ids, ok, nodes, vocab, 0)
 
 
 # ----------------------------------------------------------------------------------------------
