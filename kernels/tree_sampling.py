@@ -30,13 +30,13 @@ import torch
 import triton
 import triton.language as tl
 
-from spec_hal import error_flag
 from spec_hal.types import DraftTree, Verdict
+from spec_hal.verify import record_walk_values
 
 from .launch import KernelTarget, cdiv, runtime_specialized
 from .masks import mask_row_base, token_allowed
-from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _record_walk_values, _sanitize_coins,
-                     _sanitize_probs, _store_verdict, _verdict_buffers)
+from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _sanitize_coins, _sanitize_probs,
+                     _store_verdict, _verdict_buffers)
 
 INV_QUANT_SCALE = tl.constexpr(2.0**-40)
 
@@ -121,7 +121,7 @@ def _inverse_cdf(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok
 def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv,
                           probs_ptr, stride_pb, stride_pn, stride_pv, coins_ptr, final_coins_ptr,
                           predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
-                          mask_ptr, index_ptr, num_masks, mask_width, flag_ptr, flag_code,
+                          mask_ptr, index_ptr, num_masks, mask_width,
                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILE_V: tl.constexpr,
                           HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -197,9 +197,6 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
     predict = tl.where(on_path != 0, next_tokens, -1)
     _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
                    req, req_ok, ok, node_ids, width_lanes, num_steps)
-    # Error flag last: recorded first, it left larger local frames around the fp64 divisions (sm_80).
-    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
-    _record_walk_values(flag_ptr, flag_code, next_token_ptr, next_sibling_ptr, cand, node_ids, node_ids, ok, nodes, vocab, 0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -230,26 +227,27 @@ def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) 
     return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads)
 
 
-_TREE_SAMPLING_CODE = error_flag.code("verify_tree_sampling", "candidates")
-
-
 def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
                          coins: torch.Tensor, final_coins: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
                          bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
-    """Triton provider of ``verify_tree_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
+    """Triton provider of ``verify_tree_sampling`` (arguments validated by the caller; see spec_hal.verify).
+    The error flag is recorded with the reference's torch ops (no sync; a few small launches beside
+    a kernel that reads the vocabulary once per scanned child): recorded in the kernel, before or
+    after its walk, the record added register spills on gfx950 and gfx942 and local frames on sm_80."""
     bs, nodes = candidates.shape
     width = tree.num_steps + 1
     out = _verdict_buffers(bs, nodes, width, candidates.device, out)
     if bs == 0:
         return out
     vocab = target_probs.shape[-1]
+    record_walk_values("verify_tree_sampling", tree, candidates, vocab)
     config = tree_sampling_launch(target, bs, nodes, vocab)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _tree_sampling_kernel[(cdiv(bs, config.requests),)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
         draft_probs, *_probs_strides(draft_probs, nodes), target_probs, *_probs_strides(target_probs, nodes),
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens,
-        bs, nodes, tree.num_steps, vocab, *masks.args, error_flag.flag(candidates.device), _TREE_SAMPLING_CODE,
+        bs, nodes, tree.num_steps, vocab, *masks.args,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, **masks.flags, num_warps=config.warps,
     )
     return out
@@ -283,7 +281,7 @@ def compile_specs(target: KernelTarget):
                          "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
                          "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32",
                          "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", "mask_ptr": mask_type, "index_ptr": index_type,
-                         "num_masks": "i32", "mask_width": "i32", "flag_ptr": "*i64", "flag_code": "i64", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr",
+                         "num_masks": "i32", "mask_width": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr",
                          "TILE_V": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr"}
             constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILE_V": config.tile_v,
                           "HAS_MASK": has_mask, "HAS_INDEX": has_index}
@@ -292,8 +290,7 @@ def compile_specs(target: KernelTarget):
                                              values={"stride_qb": nodes * vocab, "stride_qn": vocab, "stride_qv": 1, "stride_pb": nodes * vocab,
                                                      "stride_pn": vocab, "stride_pv": 1, "bs": bs, "nodes": nodes, "num_steps": steps,
                                                      "vocab": vocab, "num_masks": bs * nodes if has_mask else 0,
-                                                     "mask_width": (vocab + 31) // 32 if has_mask else 0,
-                                                     "flag_code": _TREE_SAMPLING_CODE}))
+                                                     "mask_width": (vocab + 31) // 32 if has_mask else 0}))
     return specs
 
 
