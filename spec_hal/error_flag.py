@@ -55,6 +55,10 @@ _OPS = tuple(FLAGGED)
 
 _lock = threading.RLock()
 _flags: dict[str, torch.Tensor] = {}
+# The hot path of flag(): every launch that records passes its tensors' torch.device. Filled
+# under _lock, read without it (a dict read is atomic, and an entry never changes once written).
+# Only devices that name one device are keys ("cuda" without an index follows the current device).
+_by_device: dict[torch.device, torch.Tensor] = {}
 
 
 def code(op: str, argument: str) -> int:
@@ -73,6 +77,14 @@ def decode(value: int) -> Optional[tuple[str, str, int]]:
 
 def flag(device: "torch.device | str") -> torch.Tensor:
     """The (1,) int64 flag of ``device`` (created on first use, then the same tensor)."""
+    found = _by_device.get(device)
+    if found is not None:
+        return found
+    return _create_flag(device)
+
+
+def _create_flag(device: "torch.device | str") -> torch.Tensor:
+    requested = device
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -80,6 +92,8 @@ def flag(device: "torch.device | str") -> torch.Tensor:
     with _lock:
         if key not in _flags:
             _flags[key] = allocate_persistent(device, lambda: torch.full((1,), NO_ERROR, dtype=torch.int64, device=device))
+        if isinstance(requested, torch.device) and (requested.index is not None or requested.type == "cpu"):
+            _by_device[requested] = _flags[key]
         return _flags[key]
 
 
