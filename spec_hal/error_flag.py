@@ -63,7 +63,15 @@ _by_device: dict[torch.device, torch.Tensor] = {}
 
 def code(op: str, argument: str) -> int:
     """The code of (op, argument) at index 0; add the index to it."""
+    found = _CODES.get((op, argument))  # launches ask on every call: one dict read
+    return found if found is not None else _code(op, argument)
+
+
+def _code(op: str, argument: str) -> int:
     return ((_OPS.index(op) + 1) << (_INDEX_BITS + _ARGUMENT_BITS)) | (FLAGGED[op].index(argument) << _INDEX_BITS)
+
+
+_CODES = {(op, argument): _code(op, argument) for op, arguments in FLAGGED.items() for argument in arguments}
 
 
 def decode(value: int) -> Optional[tuple[str, str, int]]:

@@ -92,3 +92,61 @@ def test_fast_paths_take_the_common_calls(monkeypatch):
     monkeypatch.setattr(verify, "_check_tree", None)  # would raise TypeError if called
     verify.check_verify_greedy(tree, cand, torch.zeros(cand.numel(), dtype=torch.int64))
     verify.check_verify_sampling(tree, cand, torch.zeros(*cand.shape, 10), torch.zeros(cand.shape), torch.zeros(cand.shape[0]))
+
+
+# ----------------------------------------------------------------------------------------------
+# draft_topk and scatter_mamba_state: the same agreement, their fast paths forced off by patching
+# the module's common-call test.
+
+import spec_hal.mamba as mamba  # noqa: E402
+import spec_hal.topk as topk  # noqa: E402
+
+
+def _topk_calls():
+    logits = torch.zeros(3, 20)
+    logit_variants = {"ok": logits, "bf16": logits.bfloat16(), "int": logits.int(), "1-D": logits[0], "3-D": logits[None],
+                      "no vocab": logits[:, :0], "meta": logits.to("meta"), "strided": logits[:, ::2], "list": [[0.0] * 20]}
+    for name, value in logit_variants.items():
+        for k in (1, 4, 16, 17, 0, True, 2.0):
+            yield f"topk {name} k={k!r}", topk.check_draft_topk, (value, k), {}
+    for name, token_map in (("map", torch.arange(20)), ("int32 map", torch.arange(20, dtype=torch.int32)), ("short map", torch.arange(19)),
+                            ("float map", torch.zeros(20)), ("2-D map", torch.arange(20)[None]), ("meta map", torch.arange(20, device="meta"))):
+        yield f"topk {name}", topk.check_draft_topk, (logits, 4), {"token_map": token_map}
+    yield "topk index without mask", topk.check_draft_topk, (logits, 4), {"bitmask_index": torch.zeros(3, dtype=torch.int64)}
+
+
+def _scatter_calls():
+    dst, src = torch.zeros(2, 5, 3, 4), torch.zeros(2, 3, 4, 3, 4)
+    slots, steps = torch.tensor([0, 1, -1]), torch.tensor([0, 2, 1], dtype=torch.int32)
+    pairs = {"ok": (dst, src), "bf16": (dst.bfloat16(), src.bfloat16()), "mixed dtypes": (dst, src.double()),
+             "int pool": (dst.int(), src.int()), "expanded pool": (dst[:, :1].expand(2, 5, 3, 4), src),
+             "strided pool": (dst[:, :, :, ::2], src[..., ::2]), "transposed state": (dst.transpose(2, 3), src.transpose(3, 4)),
+             "short scratch": (dst, src[:, :2].contiguous()), "other layers": (dst, src[:1]), "state shape, contiguous": (dst, src[..., :3].contiguous()), "state shape": (dst, src[..., :3]),
+             "1-D pool": (dst[0, 0, 0], src), "meta": (dst.to("meta"), src.to("meta")), "not a tensor": (None, src)}
+    vectors = {"ok": (slots, steps), "int32": (slots.int(), steps), "float slots": (slots.float(), steps),
+               "short steps": (slots, steps[:2]), "2-D slots": (slots[None], steps), "none": (None, steps)}
+    for pair_name, (pool, scratch) in pairs.items():
+        for vector_name, (dst_slots, src_steps) in vectors.items():
+            kwargs = dict(dst=pool, src=scratch, dst_slots=dst_slots, src_steps=src_steps)
+            yield f"scatter {pair_name} {vector_name}", mamba.check_scatter_mamba_state, (), kwargs
+    yield "scatter rows", mamba.check_scatter_mamba_state, (), dict(dst=dst, src=src, dst_slots=slots, src_steps=steps, src_rows=slots)
+
+
+OTHER_CALLS = list(_topk_calls()) + list(_scatter_calls())
+
+
+@pytest.mark.parametrize("index", range(len(OTHER_CALLS)), ids=[call[0] for call in OTHER_CALLS])
+def test_topk_and_scatter_fast_paths_agree_with_detailed_checks(index, monkeypatch):
+    _, check, args, kwargs = OTHER_CALLS[index]
+    fast = _outcome(check, args, kwargs)
+    monkeypatch.setattr(topk, "_common_call_ok", lambda *a: False)
+    monkeypatch.setattr(mamba, "_scatter_ok", lambda *a: False)
+    assert fast == _outcome(check, args, kwargs)
+
+
+def test_topk_and_scatter_fast_paths_take_the_common_calls(monkeypatch):
+    monkeypatch.setattr(topk.checks, "tensor", None)  # the detailed checks would raise TypeError
+    topk.check_draft_topk(torch.zeros(3, 20), 4)
+    topk.check_draft_topk(torch.zeros(3, 20), 4, token_map=torch.arange(20))
+    mamba.check_scatter_mamba_state(dst=torch.zeros(2, 5, 3), src=torch.zeros(2, 3, 4, 3), dst_slots=torch.tensor([0, 1]),
+                                    src_steps=torch.tensor([1, 2]))
