@@ -37,6 +37,7 @@ import torch
 
 from . import checks
 from .error_flag import record as record_invalid
+from .compaction import verdict_ok
 from .errors import InvalidInput
 from .registry import register_op
 from .types import Verdict
@@ -72,6 +73,8 @@ class MambaCommit:
 
 
 def _check_verdict(verdict: object) -> Verdict:
+    if verdict_ok(verdict):  # the common case, and stricter than this check (num_correct, predict's dtype)
+        return verdict
     if not isinstance(verdict, Verdict):
         raise InvalidInput("verdict", "a spec_hal.types.Verdict", type(verdict).__name__)
     accept_index = checks.tensor("verdict.accept_index", verdict.accept_index, ndim=2, dtypes=checks.INDEX_DTYPES)

@@ -150,3 +150,56 @@ def test_topk_and_scatter_fast_paths_take_the_common_calls(monkeypatch):
     topk.check_draft_topk(torch.zeros(3, 20), 4, token_map=torch.arange(20))
     mamba.check_scatter_mamba_state(dst=torch.zeros(2, 5, 3), src=torch.zeros(2, 3, 4, 3), dst_slots=torch.tensor([0, 1]),
                                     src_steps=torch.tensor([1, 2]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Verdict metadata (bonus_tokens, compact_accepted, accepted_kv_moves, the mamba ops): the fast
+# test spec_hal.compaction.verdict_ok against the detailed checks.
+
+import spec_hal.compaction as compaction  # noqa: E402
+import spec_hal.kv as kv  # noqa: E402
+from spec_hal.types import Verdict  # noqa: E402
+
+
+def _verdict_variants():
+    bs, width, nodes = 3, 4, 5
+    predict, index = torch.zeros(bs * nodes, dtype=torch.int32), torch.zeros(bs, width, dtype=torch.int64)
+    lens, correct = torch.ones(bs, dtype=torch.int32), torch.zeros(bs, dtype=torch.int32)
+    ok = Verdict(predict, index, correct, lens)
+    yield "ok", ok
+    yield "empty batch", Verdict(predict[:0], index[:0], correct[:0], lens[:0])
+    yield "empty batch, predict rows", Verdict(predict, index[:0], correct[:0], lens[:0])
+    for field, values in (("predict", {"float": predict.float(), "2-D": predict.view(bs, nodes), "empty": predict[:0],
+                                       "not a multiple": predict[:-1], "meta": predict.to("meta"), "list": [0]}),
+                          ("accept_index", {"int16": index.short(), "1-D": index[0], "no columns": index[:, :0], "meta": index.to("meta"),
+                                            "transposed": index.t().contiguous().t()}),
+                          ("accept_lens", {"short": lens[:2], "float": lens.float(), "2-D": lens[:, None], "meta": lens.to("meta")}),
+                          ("num_correct", {"short": correct[:2], "bool": correct.bool(), "none": None})):
+        for name, value in values.items():
+            yield f"{field} {name}", dataclasses.replace(ok, **{field: value})
+    yield "not a verdict", (predict, index, correct, lens)
+
+
+def _verdict_calls():
+    slots = torch.zeros(3, 5, dtype=torch.int64)
+    for name, verdict in _verdict_variants():
+        yield f"verdict {name} bonus", compaction.check_bonus_tokens, (verdict,), {}
+        yield f"verdict {name} compact", compaction.check_compact_accepted, (torch.zeros(15, 2), verdict), {}
+        yield f"verdict {name} kv moves", kv.check_accepted_kv_moves, (verdict, slots), {}
+        yield f"verdict {name} mamba steps", mamba.check_mamba_commit_steps, (verdict, torch.zeros(3, dtype=torch.int64)), {}
+
+
+VERDICT_CALLS = list(_verdict_calls())
+
+
+@pytest.mark.parametrize("index", range(len(VERDICT_CALLS)), ids=[call[0] for call in VERDICT_CALLS])
+def test_verdict_fast_path_agrees_with_detailed_checks(index, monkeypatch):
+    _, check, args, kwargs = VERDICT_CALLS[index]
+    fast = _outcome(check, args, kwargs)
+    monkeypatch.setattr(compaction, "verdict_ok", lambda verdict: False)
+    monkeypatch.setattr(mamba, "verdict_ok", lambda verdict: False)
+    assert fast == _outcome(check, args, kwargs)
+
+
+def test_verdict_fast_path_takes_the_common_call():
+    assert compaction.verdict_ok(next(_verdict_variants())[1])
