@@ -608,24 +608,24 @@ def _verdict_buffers(bs: int, nodes: int, width: int, device, out: Optional[Verd
 
 class MaskArgs:
     """A launch's mask arguments: ``args`` = (mask, index, num_masks, width) pointers/ints and
-    ``flags`` = the two constexpr flags. Without a mask the pointers are ``placeholder`` (never
-    read). A plain class with slots: built on every verify call, where a frozen dataclass's
-    ``__init__`` and properties cost microseconds."""
+    ``flags`` = the two constexpr flags (HAS_MASK, HAS_INDEX). Without a mask the pointers are
+    ``placeholder`` (never read). A plain class with two slots: built on every verify call, where
+    a frozen dataclass's ``__init__`` and properties cost microseconds."""
 
-    __slots__ = ("mask", "index", "num_masks", "width", "has_mask", "has_index", "args", "flags")
+    __slots__ = ("args", "flags")
 
-    def __init__(self, mask: torch.Tensor, index: torch.Tensor, num_masks: int, width: int, has_mask: bool, has_index: bool):
-        self.mask, self.index, self.num_masks, self.width, self.has_mask, self.has_index = mask, index, num_masks, width, has_mask, has_index
-        self.args = (mask, index, num_masks, width)
-        self.flags = _MASK_FLAGS[has_mask, has_index]  # shared: callers only unpack it (**flags copies)
+    def __init__(self, args: tuple, flags: dict):
+        self.args = args
+        self.flags = flags  # shared: callers only unpack it (**flags copies)
 
     @classmethod
     def of(cls, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor], placeholder: torch.Tensor) -> "MaskArgs":
         if token_bitmask is None:
-            return cls(placeholder, placeholder, 0, 0, False, False)
+            return cls((placeholder, placeholder, 0, 0), _MASK_FLAGS[False, False])
         mask = token_bitmask.contiguous()
         index = bitmask_index.contiguous() if bitmask_index is not None else mask
-        return cls(mask, index, mask.shape[0], mask.shape[1], True, bitmask_index is not None)
+        rows, width = mask.shape
+        return cls((mask, index, rows, width), _MASK_FLAGS[True, bitmask_index is not None])
 
 
 _MASK_FLAGS = {(mask, index): {"HAS_MASK": mask, "HAS_INDEX": index} for mask in (False, True) for index in (False, True)}
@@ -651,7 +651,8 @@ def _target_source(target_predict: torch.Tensor, target: KernelTarget, masks: Op
             target_predict = target_predict.flatten(0, 1)
         tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target, masks)
         return tile_max, tile_max, tile_id, num_tiles, True
-    ids = target_predict.reshape(-1).contiguous()  # the walks index token ids with unit stride
+    # The walks index token ids with unit stride; (bs*N,) ids (the usual call) need no reshape.
+    ids = (target_predict if target_predict.dim() == 1 else target_predict.reshape(-1)).contiguous()
     return ids, ids, ids, 1, False
 
 
