@@ -1,7 +1,8 @@
-"""The verify ops' fast-path checks (spec_hal/verify.py) accept exactly what the detailed checks
-accept: each call below is checked twice, once as it comes and once with the fast paths' tests
-forced to fail (so only the detailed checks run), and the outcomes (accepted, or the same
-InvalidInput message) must agree."""
+"""The checks' metadata fast paths (verify ops in spec_hal/verify.py; draft_topk, scatter_mamba_state,
+the Verdict argument of compaction/kv/mamba ops, move_kv and build_tree) accept exactly what the
+detailed checks accept: each call below is checked twice, once as it comes and once with the fast
+paths' tests forced to fail (so only the detailed checks run), and the outcomes (accepted, or the
+same InvalidInput message) must agree."""
 from __future__ import annotations
 
 import dataclasses
@@ -203,3 +204,65 @@ def test_verdict_fast_path_agrees_with_detailed_checks(index, monkeypatch):
 
 def test_verdict_fast_path_takes_the_common_call():
     assert compaction.verdict_ok(next(_verdict_variants())[1])
+
+
+# ----------------------------------------------------------------------------------------------
+# move_kv and build_tree
+
+import spec_hal.tree as tree_ops  # noqa: E402
+
+
+def _move_kv_calls():
+    cache = torch.zeros(6, 2, 4)
+    src, dst = torch.tensor([0, 1]), torch.tensor([2, 3], dtype=torch.int32)
+    caches = {"ok": [cache, cache.half()], "tuple": (cache,), "empty": [], "not a list": cache, "int8": [cache.to(torch.int8)],
+              "bool": [cache.bool()], "0-D": [torch.zeros(())], "expanded": [torch.zeros(1, 2, 4).expand(6, 2, 4)],
+              "strided rows": [cache[:, :, ::2]], "strided slots": [torch.zeros(12, 2, 4)[::2]], "meta": [cache.to("meta")],
+              "not a tensor": [cache, None], "empty slots": [cache[:0]]}
+    vectors = {"ok": (src, dst), "short dst": (src, dst[:1]), "float src": (src.float(), dst), "2-D src": (src[None], dst[None]),
+               "meta": (src.to("meta"), dst.to("meta")), "none": (None, dst)}
+    for cache_name, value in caches.items():
+        for vector_name, (s, d) in vectors.items():
+            yield f"move_kv {cache_name} {vector_name}", kv.check_move_kv, (value, s, d), {}
+
+
+def _build_tree_calls():
+    bs, topk, steps = 2, 2, 3
+    columns = topk * (steps - 1) + 1
+    roots, seq_lens = torch.zeros(bs, dtype=torch.int64), torch.full((bs,), 5, dtype=torch.int32)
+    parents, selected = torch.zeros(bs, columns, dtype=torch.int64), torch.zeros(bs, 6, dtype=torch.int64)
+    base = dict(roots=roots, parents=parents, selected=selected, draft_tokens=selected.clone(), seq_lens=seq_lens)
+    variants = {"ok": {}, "int32": {"parents": parents.int(), "selected": selected.int()}, "float roots": {"roots": roots.float()},
+                "2-D roots": {"roots": roots[None]}, "meta roots": {"roots": roots.to("meta")}, "short parents": {"parents": parents[:1]},
+                "bad parent columns": {"parents": parents[:, :4]}, "one parent column": {"parents": parents[:, :1]},
+                "no parents": {"parents": parents[:, :0]}, "too many drafts": {"selected": torch.zeros(bs, 20, dtype=torch.int64)},
+                "tokens shape": {"draft_tokens": selected[:, :5]}, "seq_lens shape": {"seq_lens": seq_lens[:1]},
+                "float seq_lens": {"seq_lens": seq_lens.float()}, "list selected": {"selected": [[0] * 6] * bs}}
+    options = {"qlen": {}, "full": {"mask_mode": "full"}, "bitpacked": {"mask_mode": "bitpacked"}, "odd mode": {"mask_mode": "dense"},
+               "topk 0": {"topk": 0}, "topk bool": {"topk": True}, "topk 65": {"topk": 65}, "sum": {"mask_mode": "full", "seq_lens_sum": 10}}
+    for name, change in variants.items():
+        for option, extra in options.items():
+            kwargs = {**base, **change, "topk": topk, **extra}
+            args = tuple(kwargs.pop(key) for key in ("roots", "parents", "selected", "draft_tokens", "seq_lens"))
+            yield f"build_tree {name} {option}", tree_ops.check_build_tree, args, kwargs
+    wide = torch.zeros(bs, 40, dtype=torch.int64)
+    yield "build_tree bitpacked N > 32", tree_ops.check_build_tree, (roots, torch.zeros(bs, 1 + 8 * 4, dtype=torch.int64), wide, wide, seq_lens), {
+        "topk": 8, "mask_mode": "bitpacked"}
+
+
+MORE_CALLS = list(_move_kv_calls()) + list(_build_tree_calls())
+
+
+@pytest.mark.parametrize("index", range(len(MORE_CALLS)), ids=[call[0] for call in MORE_CALLS])
+def test_move_kv_and_build_tree_fast_paths_agree_with_detailed_checks(index, monkeypatch):
+    _, check, args, kwargs = MORE_CALLS[index]
+    fast = _outcome(check, args, kwargs)
+    monkeypatch.setattr(kv, "_move_kv_ok", lambda *a: False)
+    monkeypatch.setattr(tree_ops, "_build_tree_ok", lambda *a: False)
+    assert fast == _outcome(check, args, kwargs)
+
+
+def test_move_kv_and_build_tree_fast_paths_take_the_common_calls(monkeypatch):
+    assert kv._move_kv_ok([torch.zeros(6, 2, 4)], torch.tensor([0]), torch.tensor([1]))
+    args, kwargs = next((args, kwargs) for name, _, args, kwargs in MORE_CALLS if name == "build_tree ok qlen")
+    assert tree_ops._build_tree_ok(*args, kwargs["topk"], "qlen")
