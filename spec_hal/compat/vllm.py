@@ -204,22 +204,62 @@ def _greedy(draft_token_ids, target_probs, bonus, layout: _Layout, max_spec_len:
 
 
 def _random(draft_token_ids, draft_probs, target_probs, bonus, layout: _Layout, num_draft_tokens, generators: dict) -> torch.Tensor:
-    """Random requests (native ``verify_chain_sampling`` over the padded layout); the final token
-    of a fully accepted chain is replaced by the bonus token."""
+    """Random requests (native ``verify_chain_sampling``); the final token of a fully accepted chain
+    is replaced by the bonus token."""
+    bs, steps = layout.draft_rows.shape
+    coins, final_coins = _coins(layout, num_draft_tokens, generators, target_probs.device)
+    if all(count == steps for count in num_draft_tokens):  # host list: every request has S drafts
+        verdict = _sample_uniform(draft_token_ids, draft_probs, target_probs, coins, final_coins, steps)
+    else:
+        verdict = _sample_padded(draft_token_ids, draft_probs, target_probs, coins, final_coins, layout)
+    predict = verdict.predict.view(bs, steps + 1)
+    bonus_lane = layout.count_lane == verdict.num_correct[:, None]  # lane c_b when all c_b drafts were accepted
+    return torch.where(bonus_lane, bonus.to(torch.int32)[:, None], predict)
+
+
+def _sample_uniform(draft_token_ids, draft_probs, target_probs, coins, final_coins, steps: int):
+    """Every request has S drafts: no copy of vLLM's rows. Request b's chain is a (S+1, V) view
+    starting at its first row, so its lane S (read only when all S drafts pass, and then replaced
+    by the bonus token) is request b+1's first row. The last request has no row after its own, so
+    it runs as a second call on a copy of its S rows plus one (any) row."""
+    import spec_hal
+    from ..verify import verdict_buffers
+
+    bs, vocab = draft_token_ids.shape[0] // steps, target_probs.shape[1]
+    drafts = draft_token_ids.reshape(bs, steps)
+    target = target_probs.to(torch.float32)
+    draft = None if draft_probs is None else draft_probs.to(torch.float32).reshape(bs, steps, vocab)
+    row, width = target.stride(0), steps + 1
+    verdict = verdict_buffers(bs, width, width, target.device)
+    head = bs - 1
+    if head:
+        chains = target.as_strided((head, width, vocab), (steps * row, row, target.stride(1)))
+        spec_hal.verify_chain_sampling(drafts[:head], None if draft is None else draft[:head], chains, coins[:head], final_coins[:head],
+                                       out=_verdict_slice(verdict, 0, head, width))
+    last_rows = torch.arange(head * steps, head * steps + width, device=target.device).clamp_(max=bs * steps - 1)
+    spec_hal.verify_chain_sampling(drafts[head:], None if draft is None else draft[head:], target.index_select(0, last_rows)[None],
+                                   coins[head:], final_coins[head:], out=_verdict_slice(verdict, head, bs, width))
+    return verdict
+
+
+def _verdict_slice(verdict, start: int, end: int, width: int):
+    """Requests [start, end) of a Verdict of contiguous buffers (contiguous views)."""
+    from ..types import Verdict
+
+    return Verdict(verdict.predict[start * width:end * width], verdict.accept_index[start:end], verdict.num_correct[start:end],
+                   verdict.accept_lens[start:end])
+
+
+def _sample_padded(draft_token_ids, draft_probs, target_probs, coins, final_coins, layout: _Layout):
+    """Mixed draft counts: one ``index_select`` of the target rows and of the draft rows into the
+    padded layout (what ``verify_chain_sampling_ragged`` gathers too), then one native call."""
     import spec_hal
 
     bs, steps = layout.draft_rows.shape
     vocab = target_probs.shape[1]
-    uniform = all(count == steps for count in num_draft_tokens)  # host list: every slot holds a draft
-    drafts = draft_token_ids.reshape(bs, steps) if uniform else \
-        torch.where(layout.valid, draft_token_ids[layout.draft_rows], PLACEHOLDER_TOKEN_ID)
+    drafts = torch.where(layout.valid, draft_token_ids[layout.draft_rows], PLACEHOLDER_TOKEN_ID)
     target = target_probs.to(torch.float32).index_select(0, layout.target_rows.view(-1)).view(bs, steps + 1, vocab)
     draft = None
     if draft_probs is not None:
-        draft = draft_probs.to(torch.float32)
-        draft = draft.view(bs, steps, vocab) if uniform else draft.index_select(0, layout.draft_rows.view(-1)).view(bs, steps, vocab)
-    coins, final_coins = _coins(layout, num_draft_tokens, generators, target_probs.device)
-    verdict = spec_hal.verify_chain_sampling(drafts, draft, target, coins, final_coins)
-    predict = verdict.predict.view(bs, steps + 1)
-    bonus_lane = layout.count_lane == verdict.num_correct[:, None]  # lane c_b when all c_b drafts were accepted
-    return torch.where(bonus_lane, bonus.to(torch.int32)[:, None], predict)
+        draft = draft_probs.to(torch.float32).index_select(0, layout.draft_rows.view(-1)).view(bs, steps, vocab)
+    return spec_hal.verify_chain_sampling(drafts, draft, target, coins, final_coins)
