@@ -20,9 +20,11 @@ tensors' device. What differs (also in ``docs/compat.md``):
   FlashInfer uses float block scans. Chain acceptance is ``u * q < p`` (FlashInfer ``u < p / q``).
 * ``deterministic`` and ``enable_pdl`` are accepted and ignored (spec_hal is always
   deterministic; launch attributes are the backend's business).
-* top-k/top-p renormalisation keeps every entry tied with the boundary value (see
-  ``spec_hal/compat/_probs.py``); they are compat-owned PyTorch code until spec_hal's sampling
-  family provides a native processing op.
+* ``chain_speculative_sampling``'s accepted count (each draft's test on its own) is the native
+  op's ``passed_counts`` output; the emitted count is its ``num_correct``.
+* top-k/top-p renormalisation keeps every entry tied with the boundary value; it and softmax are
+  compat-owned PyTorch, because ``spec_hal.process_logits`` quantises its weights and ranks top-k
+  by quantised level (``spec_hal/compat/_probs.py``, ``docs/compat.md``).
 """
 from __future__ import annotations
 
