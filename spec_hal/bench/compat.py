@@ -172,12 +172,15 @@ def _processing_rows(ctx, table, bs, vocab):
                           device, timing)
     _add(table, "flashinfer.sampling_from_probs", "verify_chain_sampling (no drafts)",
          _time(lambda: flashinfer.sampling_from_probs(rows), device, timing), native_sample, **size)
-    # Compat-owned filters, then the native sample: the overhead is the filtering (no budget).
-    for name, call in (("flashinfer.top_k_top_p_sampling_from_probs (k=50, p=0.9)",
+    # Compat-owned filters (or softmax), then the native sample: the overhead is that PyTorch (no budget).
+    for name, call in (("flashinfer.top_k_sampling_from_probs (k=50)", lambda: flashinfer.top_k_sampling_from_probs(rows, 50)),
+                       ("flashinfer.top_p_sampling_from_probs (p=0.9)", lambda: flashinfer.top_p_sampling_from_probs(rows, 0.9)),
+                       ("flashinfer.top_k_top_p_sampling_from_probs (k=50, p=0.9)",
                         lambda: flashinfer.top_k_top_p_sampling_from_probs(rows, 50, 0.9)),
-                       ("flashinfer.min_p_sampling_from_probs (0.1)", lambda: flashinfer.min_p_sampling_from_probs(rows, 0.1))):
-        _add(table, name, "verify_chain_sampling (no drafts) after compat filters", _time(call, device, timing), native_sample, wraps=False,
-             **size)
+                       ("flashinfer.min_p_sampling_from_probs (0.1)", lambda: flashinfer.min_p_sampling_from_probs(rows, 0.1)),
+                       ("flashinfer.sampling_from_logits", lambda: flashinfer.sampling_from_logits(logits))):
+        _add(table, name, "verify_chain_sampling (no drafts) after compat PyTorch", _time(call, device, timing), native_sample,
+             wraps=False, **size)
     for name, call, native_name, native in (
             ("flashinfer.top_k_renorm_probs (k=50)", lambda: flashinfer.top_k_renorm_probs(rows, 50),
              "process_logits(log p, top_k=50)", lambda: backend.process_logits(log_rows, temperature=1.0, top_k=50)),
