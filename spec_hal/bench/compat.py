@@ -121,7 +121,7 @@ def _vllm_rows(ctx, table, bs, steps, vocab, chain, *, ragged: bool):
     flat_ids, flat_draft, flat_coins = draft_ids[has_draft], draft_probs[has_draft], coins[has_draft]
     vllm_target, ragged_target = target_probs[:, :steps][has_draft], target_probs[has_row]
     cu = counts_t.cumsum(0).to(torch.int32)
-    bonus = torch.zeros(bs, 1, dtype=torch.int64, device=device)
+    bonus = torch.zeros(bs, 1, dtype=torch.int32, device=device)  # vLLM's sampler emits int32 ids
     size = dict(bs=bs, nodes=steps + 1, vocab=vocab)
     random = SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(bs, device=device), generators={})
     compat = _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, flat_draft, vllm_target, bonus, random), device, timing)
