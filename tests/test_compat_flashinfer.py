@@ -165,3 +165,17 @@ def test_top_k_renorm_int_k_equals_per_request_k(lane):
         kth = probs.sort(dim=1, descending=True).values[:, max(k, 1) - 1:max(k, 1)] if 0 < k < 40 else torch.zeros(6, 1)
         kept = torch.where(probs >= kth, probs, torch.zeros_like(probs))
         torch.testing.assert_close(by_int, kept / kept.sum(dim=1, keepdim=True), rtol=1e-6, atol=0)
+
+
+def test_renorms_keep_upstream_values_where_process_logits_would_not(lane):
+    """Why the renormalisations are not ``spec_hal.process_logits`` of the logs (docs/compat.md): of
+    two probabilities within 1/1024 of a halving, FlashInfer's top-1 keeps the larger (id 1 here),
+    process_logits the lower id; and its quantised weights move the renormalised values."""
+    import spec_hal
+
+    probs = torch.tensor([[0.3, 0.30001, 0.2, 0.19999]])
+    assert flashinfer.top_k_renorm_probs(probs, 1).tolist() == [[0.0, 1.0, 0.0, 0.0]]
+    assert spec_hal.process_logits(probs.log(), temperature=1.0, top_k=1).tolist() == [[1.0, 0.0, 0.0, 0.0]]
+    renormalised = flashinfer.top_k_renorm_probs(probs, 2)
+    torch.testing.assert_close(renormalised, torch.tensor([[0.3, 0.30001, 0.0, 0.0]]) / 0.60001, rtol=1e-6, atol=0)
+    assert not torch.equal(spec_hal.process_logits(probs.log(), temperature=1.0, top_k=2), renormalised)
