@@ -51,6 +51,8 @@ import torch
 
 from .. import checks
 from ..errors import InvalidInput
+from ..types import Verdict
+from ..verify import verdict_buffers
 
 PLACEHOLDER_TOKEN_ID = -1
 GREEDY_TEMPERATURE = 0  # vLLM >= 7f6fc1c; older releases marked greedy requests with -1
@@ -226,7 +228,6 @@ def _sample_uniform(draft_token_ids, draft_probs, target_probs, coins, final_coi
     by the bonus token) is request b+1's first row. The last request has no row after its own, so
     it runs as a second call on a copy of its S rows plus one (any) row."""
     import spec_hal
-    from ..verify import verdict_buffers
 
     (bs, steps), vocab = layout.draft_rows.shape, target_probs.shape[1]
     drafts = draft_token_ids.reshape(bs, steps)
@@ -247,8 +248,6 @@ def _sample_uniform(draft_token_ids, draft_probs, target_probs, coins, final_coi
 
 def _verdict_slice(verdict, start: int, end: int, width: int):
     """Requests [start, end) of a Verdict of contiguous buffers (contiguous views)."""
-    from ..types import Verdict
-
     return Verdict(verdict.predict[start * width:end * width], verdict.accept_index[start:end], verdict.num_correct[start:end],
                    verdict.accept_lens[start:end])
 
