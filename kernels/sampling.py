@@ -566,7 +566,7 @@ def _coins(bs: int, width: int, device, *, seed, offset, generator, coins, final
     accept = torch.empty((bs, width), dtype=torch.float32, device=device)
     final = torch.empty(bs, dtype=torch.float32, device=device)
     block_r = min(_pow2(bs), 1024) if target.vendor == "interpreter" else 128
-    _hash_coins_kernel[(cdiv(bs, block_r),)](seed, offset, accept, final, bs, width, BLOCK_R=block_r, W_PAD=_pow2(width),
+    _hash_coins_kernel[(cdiv(bs, block_r),)](seed.contiguous(), offset.contiguous(), accept, final, bs, width, BLOCK_R=block_r, W_PAD=_pow2(width),
                                                     num_warps=1 if target.vendor == "interpreter" else target.warps(128))
     return accept, final
 
@@ -619,7 +619,7 @@ def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
 def _scalar_or_tensor(value, dtype, placeholder: torch.Tensor, bit: int):
     """(pointer, scalar, flag bit) of a per-request parameter for ``_request_params``."""
     if isinstance(value, torch.Tensor):
-        return value.to(dtype), 0, bit
+        return value.to(dtype).contiguous(), 0, bit  # the kernel indexes it by request: stride 1
     return placeholder, value, 0
 
 
@@ -665,7 +665,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         logits, logits.stride(0), logits.stride(1), vocab, max(1, (vocab - 1).bit_length()), table,
         *pointers, *scalars, flags,
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), accept, final,
-        seed if hashed else table, offset if hashed else table,
+        seed.contiguous() if hashed else table, offset.contiguous() if hashed else table,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, float_placeholder, bs, nodes, tree.num_steps,
         error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain),
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
