@@ -32,8 +32,22 @@ from spec_hal.registry import op_spec
 from spec_hal.types import DraftTree, Verdict
 
 
+# What a failure is, in the categories of issue #21's sweep (scripts/reliability_sweep.py counts
+# them; a process that dies is a crash too, counted by the script that ran it).
+CRASH = "crash"  # an exception other than InvalidInput, on the reference or the backend
+OUT_OF_RANGE = "out-of-range access"  # an out= canary overwritten
+CROSS_REQUEST_WRITE = "silent cross-request write"  # in-place state or an input differs from the reference's
+DISAGREEMENT = "backend disagreement"  # another outcome, answer, InvalidInput argument or error-flag record
+CATEGORIES = (CRASH, OUT_OF_RANGE, CROSS_REQUEST_WRITE, DISAGREEMENT)
+
+
 class SweepFailure(AssertionError):
-    """A forbidden outcome: crash of the op, wrong answer, mutated input, broken canary."""
+    """A forbidden outcome: crash of the op, wrong answer, mutated input, broken canary;
+    ``category`` is one of :data:`CATEGORIES`."""
+
+    def __init__(self, message: str, category: str = DISAGREEMENT):
+        super().__init__(message)
+        self.category = category
 
 
 @dataclass
@@ -465,19 +479,23 @@ def _guarded_like(result):
     return None, []
 
 
-def outcome(backend, call: Call, label: str = "") -> str:
+def outcome(backend, call: Call, label: str = "", observed: Optional[dict] = None) -> str:
     """Run ``call`` on ``backend`` and on the reference; return the allowed outcome's name or
-    raise SweepFailure."""
+    raise SweepFailure. ``observed``, when given, receives the backend's ``flag`` records and,
+    when it returned, its ``result`` (contested slots removed) and in-place ``state``, so that
+    two backends' runs can be compared with each other (scripts/reliability_sweep.py)."""
     device = backend.device
     reference_args = _clone(call.args)
     kind, value, ref_flag = _run(_reference(call), call, reference_args, torch.device("cpu"))
     if kind == "error":
-        raise SweepFailure(f"{label}: the reference raised {type(value).__name__}: {value}")
+        raise SweepFailure(f"{label}: the reference raised {type(value).__name__}: {value}", CRASH)
     backend_args = _to(call.args, device)
     originals = _clone(backend_args)
     got_kind, got, got_flag = _run(getattr(backend, call.op), call, backend_args, device)
     if got_kind == "error":
-        raise SweepFailure(f"{label}: {backend.name} raised {type(got).__name__}: {got}")
+        raise SweepFailure(f"{label}: {backend.name} raised {type(got).__name__}: {got}", CRASH)
+    if observed is not None:
+        observed["flag"] = got_flag
     if kind != got_kind:
         raise SweepFailure(f"{label}: reference {kind} {value!r}, {backend.name} {got_kind} {got!r}")
     # A broken precondition: checked mode rejects it, and in the default mode which write wins
@@ -493,6 +511,10 @@ def outcome(backend, call: Call, label: str = "") -> str:
                                            _without_slots(value, contested, SLOT_DIMENSION[call.op]))
     else:
         got_returned, expected_returned = got, value
+    if observed is not None:
+        observed["result"] = got_returned
+        observed["state"] = [_without_slots(backend_args[name], contested, SLOT_DIMENSION[call.op]) if contested else backend_args[name]
+                             for name in call.in_place]
     if not _results_equal(got_returned, expected_returned):
         raise SweepFailure(f"{label}: {backend.name} returned a different answer from the reference")
     for name in call.args:
@@ -502,9 +524,9 @@ def outcome(backend, call: Call, label: str = "") -> str:
                 dim = SLOT_DIMENSION[call.op]
                 got_state, expected_state = _without_slots(got_state, contested, dim), _without_slots(expected_state, contested, dim)
             if not _results_equal(got_state, expected_state):
-                raise SweepFailure(f"{label}: in-place argument {name} differs from the reference's")
+                raise SweepFailure(f"{label}: in-place argument {name} differs from the reference's", CROSS_REQUEST_WRITE)
         elif not _results_equal(backend_args[name], originals[name], meta_equal=True):
-            raise SweepFailure(f"{label}: {backend.name} modified its input {name}")
+            raise SweepFailure(f"{label}: {backend.name} modified its input {name}", CROSS_REQUEST_WRITE)
     if got_flag != ref_flag:
         raise SweepFailure(f"{label}: error flag {got_flag} on {backend.name}, {ref_flag} on the reference")
     if call.has_out:
@@ -517,15 +539,15 @@ def outcome(backend, call: Call, label: str = "") -> str:
                 try:
                     guard.assert_intact(f"{label} out")
                 except AssertionError as exc:
-                    raise SweepFailure(str(exc)) from None
+                    raise SweepFailure(str(exc), OUT_OF_RANGE) from None
     if contested:
         return "reference answer, contested slots unspecified (duplicate destination)"
     return "reference answer" + (" (flagged)" if ref_flag else "")
 
 
-def run_case(backend, op: str, argument: str, mutation: str) -> str:
+def run_case(backend, op: str, argument: str, mutation: str, observed: Optional[dict] = None) -> str:
     call = mutated(BASELINES[op](), argument, mutation)
-    return outcome(backend, call, f"{op}({argument} = {mutation})")
+    return outcome(backend, call, f"{op}({argument} = {mutation})", observed)
 
 
 def integer_arguments(op: str) -> list[str]:
@@ -605,5 +627,5 @@ def huge_sizes() -> list[tuple[str, Call]]:
     return calls
 
 
-__all__ = ["BASELINES", "Call", "SweepFailure", "arguments", "contested_slots", "huge_sizes", "integer_arguments", "matrix", "mutated", "mutations",
+__all__ = ["BASELINES", "CATEGORIES", "CRASH", "CROSS_REQUEST_WRITE", "Call", "DISAGREEMENT", "OUT_OF_RANGE", "SweepFailure", "arguments", "contested_slots", "huge_sizes", "integer_arguments", "matrix", "mutated", "mutations",
            "outcome", "run_case", "run_value_case"]
