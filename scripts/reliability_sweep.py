@@ -120,7 +120,7 @@ def sweep(backend_name: str, ops=None, progress: int = 50) -> dict:
             if len(rows) < total:  # the worker died in case len(rows)
                 op, argument, mutation = cases(ops)[len(rows)]
                 print(f"[{backend_name}] worker died (status {returncode}) in {op}({argument} = {mutation})", flush=True)
-                rows.append({"op": op, "argument": argument, "mutation": mutation, "outcome": f"FAIL: process died (status {returncode})",
+                rows.append({"op": op, "argument": argument, "mutation": mutation, "outcome": f"FAIL: {op}({argument} = {mutation}): process died (status {returncode})",
                              "ok": False, "category": PROCESS_DIED, "flag": [], "digest": ""})
     return {"backend": backend_name, "rows": rows}
 

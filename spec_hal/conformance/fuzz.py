@@ -29,7 +29,7 @@ from spec_hal.conformance.trees import random_tree
 from spec_hal.conformance.verdicts import random_round
 from spec_hal.errors import InvalidInput
 from spec_hal.registry import op_spec
-from spec_hal.types import DraftTree, Verdict
+from spec_hal.types import DraftTree, TreeRecord, Verdict
 
 
 # What a failure is, in the categories of issue #21's sweep (scripts/reliability_sweep.py counts
@@ -202,6 +202,59 @@ def _verify_chain_sampling_ragged() -> Call:
         ("draft_tokens", "num_draft_tokens", "draft_probs", "target_probs", "coins", "final_coins"), has_out=True)
 
 
+def _organize_draft() -> Call:
+    """Three steps of K = 2 (10 candidates), N = 6."""
+    generator = _generator(19)
+    widths = (2, 4, 4)
+    parents = (torch.tensor([[-1, 0, 1]] * 2), torch.tensor([[0, 1], [1, 0]]), torch.tensor([[2, 4], [3, 5]]))
+    records = [TreeRecord(torch.rand(2, width, generator=generator), torch.randint(0, 99, (2, width), generator=generator), parent)
+               for width, parent in zip(widths, parents)]
+    return Call("organize_draft", {"records": records, "num_draft_tokens": 6}, ("records", "num_draft_tokens"))
+
+
+def _sampling_params() -> dict:
+    """Per-request processing parameters of 2 requests: one sampled with every filter, one greedy."""
+    return {"temperature": torch.tensor([0.7, 0.0]), "top_k": torch.tensor([5, 0]), "top_p": torch.tensor([0.9, 1.0]),
+            "min_p": torch.tensor([0.05, 0.0])}
+
+
+def _process_logits() -> Call:
+    logits = torch.randn(2, 30, generator=_generator(20)) * 3
+    return Call("process_logits", {"logits": logits, **_sampling_params()}, ("logits",), has_out=True)
+
+
+def _verify_tree_sampling() -> Call:
+    """A masked walk: each of the 12 target rows under bitmask row 0 or 1, or unconstrained (-1)."""
+    tree, candidates = random_tree(2, 6, 3, seed=21, vocab=20)
+    generator = _generator(21)
+    bits = torch.randint(-2**31, 2**31, (2, 1), generator=generator, dtype=torch.int64).to(torch.int32)
+    return Call("verify_tree_sampling", {
+        "tree": tree, "candidates": candidates, "draft_probs": torch.softmax(torch.randn(2, 6, 20, generator=generator), dim=-1),
+        "target_probs": torch.softmax(torch.randn(2, 6, 20, generator=generator), dim=-1), "coins": torch.rand(2, 6, generator=generator),
+        "final_coins": torch.rand(2, generator=generator), "token_bitmask": bits,
+        "bitmask_index": torch.tensor([1, 1, 0, -1, 1, 0, -1, -1, 1, 0, -1, 1])},
+        ("tree", "candidates", "draft_probs", "target_probs", "coins", "final_coins"), has_out=True)
+
+
+def _verify_sampling_from_logits() -> Call:
+    tree, candidates = random_tree(2, 6, 3, seed=22, vocab=30)
+    generator = _generator(22)
+    return Call("verify_sampling_from_logits", {
+        "tree": tree, "candidates": candidates, "target_logits": torch.randn(12, 30, generator=generator) * 3, **_sampling_params(),
+        "seed": torch.tensor([11, -2**62]), "offset": torch.tensor([0, 2**40]), "logprobs": "processed", "top_logprobs": 2},
+        ("tree", "candidates", "target_logits"))
+
+
+def _verify_chain_sampling_from_logits() -> Call:
+    generator = _generator(23)
+    return Call("verify_chain_sampling_from_logits", {
+        "draft_ids": torch.randint(0, 30, (2, 3), generator=generator),
+        "draft_probs": torch.softmax(torch.randn(2, 3, 30, generator=generator), dim=-1),
+        "target_logits": torch.randn(8, 30, generator=generator) * 3, **_sampling_params(),
+        "coins": torch.rand(2, 3, generator=generator), "final_coins": torch.rand(2, generator=generator), "logprobs": "raw"},
+        ("draft_ids", "draft_probs", "target_logits"))
+
+
 BASELINES: dict[str, Callable[[], Call]] = {
     "draft_topk": _draft_topk, "verify_greedy": _verify_greedy, "verify_sampling": _verify_sampling,
     "verify_chain": _verify_chain, "verify_chain_sampling": _verify_chain_sampling, "bonus_tokens": _bonus_tokens,
@@ -210,6 +263,8 @@ BASELINES: dict[str, Callable[[], Call]] = {
     "mamba_commit_steps": _mamba_commit_steps, "scatter_mamba_state": _scatter_mamba_state,
     "commit_mamba_state": _commit_mamba_state, "apply_token_bitmask_": _apply_token_bitmask_,
     "verify_chain_ragged": _verify_chain_ragged, "verify_chain_sampling_ragged": _verify_chain_sampling_ragged,
+    "organize_draft": _organize_draft, "process_logits": _process_logits, "verify_tree_sampling": _verify_tree_sampling,
+    "verify_sampling_from_logits": _verify_sampling_from_logits, "verify_chain_sampling_from_logits": _verify_chain_sampling_from_logits,
 }
 
 
@@ -285,36 +340,59 @@ def _fields(value) -> list[str]:
     return [field.name for field in dataclasses.fields(value) if isinstance(getattr(value, field.name), torch.Tensor)]
 
 
+def _is_record(value) -> bool:
+    """A Verdict, DraftTree or TreeRecord: an argument whose tensor fields are mutated too."""
+    return isinstance(value, (Verdict, DraftTree, TreeRecord))
+
+
 def arguments(call: Call) -> list[str]:
-    """Mutable argument names of a call, Verdict/DraftTree fields as ``name.field``."""
+    """Mutable argument names of a call: Verdict/DraftTree fields as ``name.field``, list items
+    as ``name[i]`` and the fields of a TreeRecord item as ``name[i].field``."""
     names = []
     for name, value in call.args.items():
-        if isinstance(value, (Verdict, DraftTree)):
-            names.append(name)
+        names.append(name)
+        if _is_record(value):
             names.extend(f"{name}.{field}" for field in _fields(value))
         elif isinstance(value, list):
-            names.append(name)
-            names.extend(f"{name}[{index}]" for index in range(len(value)))
-        else:
-            names.append(name)
+            for index, item in enumerate(value):
+                names.append(f"{name}[{index}]")
+                if _is_record(item):
+                    names.extend(f"{name}[{index}].{field}" for field in _fields(item))
     return names
 
 
+def _parse(argument: str) -> tuple[str, Optional[int], Optional[str]]:
+    """``name``, ``name.field``, ``name[i]`` or ``name[i].field`` -> (name, i, field)."""
+    path, _, field = argument.partition(".")
+    name, _, index = path.partition("[")
+    return name, int(index[:-1]) if index else None, field or None
+
+
 def _get(call: Call, argument: str):
-    if "[" in argument:
-        name, index = argument[:-1].split("[")
-        return call.args[name][int(index)]
-    if "." in argument:
-        name, field = argument.split(".", 1)
-        return getattr(call.args[name], field)
-    return call.args[argument]
+    name, index, field = _parse(argument)
+    value = call.args[name] if index is None else call.args[name][index]
+    return value if field is None else getattr(value, field)
+
+
+def _replaced(args: dict, argument: str, new_value) -> dict:
+    """A copy of a call's ``args`` with ``argument`` (any form of :func:`_parse`) replaced."""
+    name, index, field = _parse(argument)
+    args = dict(args)
+    item = args[name] if index is None else args[name][index]
+    item = new_value if field is None else dataclasses.replace(item, **{field: new_value})
+    if index is None:
+        args[name] = item
+    else:
+        args[name] = list(args[name])
+        args[name][index] = item
+    return args
 
 
 def mutations(call: Call, argument: str) -> dict[str, Callable[[], object]]:
     value = _get(call, argument)
     if isinstance(value, torch.Tensor):
         return tensor_mutations(value)
-    if isinstance(value, (Verdict, DraftTree)):
+    if _is_record(value):
         return {"None": lambda: None, "python scalar": lambda: 3}
     if isinstance(value, list):
         return {"None": lambda: None, "empty list": lambda: [], "tensor": lambda: value[0]}
@@ -325,18 +403,7 @@ def mutations(call: Call, argument: str) -> dict[str, Callable[[], object]]:
 
 def mutated(call: Call, argument: str, mutation: str) -> Call:
     new_value = mutations(call, argument)[mutation]()
-    args = dict(call.args)
-    if "[" in argument:
-        name, index = argument[:-1].split("[")
-        items = list(args[name])
-        items[int(index)] = new_value
-        args[name] = items
-    elif "." in argument:
-        name, field = argument.split(".", 1)
-        args[name] = dataclasses.replace(args[name], **{field: new_value})
-    else:
-        args[argument] = new_value
-    return dataclasses.replace(call, args=args)
+    return dataclasses.replace(call, args=_replaced(call.args, argument, new_value))
 
 
 def matrix(ops: Optional[list[str]] = None) -> list[tuple[str, str, str]]:
@@ -565,12 +632,7 @@ def run_value_case(backend, op: str, argument: str, position: int, number: int) 
     info = torch.iinfo(value.dtype)
     element = max(info.min, min(info.max, number))
     value.view(-1)[position % value.numel()] = element
-    args = dict(call.args)
-    if "." in argument:
-        name, field = argument.split(".", 1)
-        args[name] = dataclasses.replace(args[name], **{field: value})
-    else:
-        args[argument] = value
+    args = _replaced(call.args, argument, value)
     label = f"{op}({argument}[{position}] = {number})"
     return outcome(backend, dataclasses.replace(call, args=args), label)
 
