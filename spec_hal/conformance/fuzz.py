@@ -213,13 +213,15 @@ def _organize_draft() -> Call:
 
 
 def _sampling_params() -> dict:
-    """Per-request processing parameters of 2 requests: one sampled with every filter, one greedy."""
-    return {"temperature": torch.tensor([0.7, 0.0]), "top_k": torch.tensor([5, 0]), "top_p": torch.tensor([0.9, 1.0]),
-            "min_p": torch.tensor([0.05, 0.0])}
+    """Per-request processing parameters of 3 requests: sampled with every filter, greedy, sampled
+    with other values (a kernel that reads a strided or expanded parameter as contiguous gives
+    the last request another request's or the buffer's value)."""
+    return {"temperature": torch.tensor([0.7, 0.0, 1.3]), "top_k": torch.tensor([5, 0, 3]), "top_p": torch.tensor([0.9, 1.0, 0.6]),
+            "min_p": torch.tensor([0.05, 0.0, 0.1])}
 
 
 def _process_logits() -> Call:
-    logits = torch.randn(2, 30, generator=_generator(20)) * 3
+    logits = torch.randn(3, 30, generator=_generator(20)) * 3
     return Call("process_logits", {"logits": logits, **_sampling_params()}, ("logits",), has_out=True)
 
 
@@ -237,21 +239,21 @@ def _verify_tree_sampling() -> Call:
 
 
 def _verify_sampling_from_logits() -> Call:
-    tree, candidates = random_tree(2, 6, 3, seed=22, vocab=30)
+    tree, candidates = random_tree(3, 6, 3, seed=22, vocab=30)
     generator = _generator(22)
     return Call("verify_sampling_from_logits", {
-        "tree": tree, "candidates": candidates, "target_logits": torch.randn(12, 30, generator=generator) * 3, **_sampling_params(),
-        "seed": torch.tensor([11, -2**62]), "offset": torch.tensor([0, 2**40]), "logprobs": "processed", "top_logprobs": 2},
+        "tree": tree, "candidates": candidates, "target_logits": torch.randn(18, 30, generator=generator) * 3, **_sampling_params(),
+        "seed": torch.tensor([11, -2**62, 5]), "offset": torch.tensor([0, 2**40, 7]), "logprobs": "processed", "top_logprobs": 2},
         ("tree", "candidates", "target_logits"))
 
 
 def _verify_chain_sampling_from_logits() -> Call:
     generator = _generator(23)
     return Call("verify_chain_sampling_from_logits", {
-        "draft_ids": torch.randint(0, 30, (2, 3), generator=generator),
-        "draft_probs": torch.softmax(torch.randn(2, 3, 30, generator=generator), dim=-1),
-        "target_logits": torch.randn(8, 30, generator=generator) * 3, **_sampling_params(),
-        "coins": torch.rand(2, 3, generator=generator), "final_coins": torch.rand(2, generator=generator), "logprobs": "raw"},
+        "draft_ids": torch.randint(0, 30, (3, 3), generator=generator),
+        "draft_probs": torch.softmax(torch.randn(3, 3, 30, generator=generator), dim=-1),
+        "target_logits": torch.randn(12, 30, generator=generator) * 3, **_sampling_params(),
+        "coins": torch.rand(3, 3, generator=generator), "final_coins": torch.rand(3, generator=generator), "logprobs": "raw"},
         ("draft_ids", "draft_probs", "target_logits"))
 
 
