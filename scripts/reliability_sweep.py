@@ -130,8 +130,9 @@ def _key(row: dict) -> tuple:
 
 
 def disagreements(reports: list[dict]) -> list[str]:
-    """Rows (by op, argument, mutation) whose outcome, error-flag records or integer digest
-    differ between the reports, and rows present in one report only."""
+    """Rows (by op, argument, mutation) that passed on both backends but whose outcome,
+    error-flag records or integer digest differ, and rows present in one report only (a row
+    that failed is counted in its own backend's column already)."""
     found = []
     by_key = [{_key(row): row for row in report["rows"]} for report in reports]
     first, first_name = by_key[0], reports[0]["backend"]
@@ -142,6 +143,8 @@ def disagreements(reports: list[dict]) -> list[str]:
                 found.append(f"{label}: only on {first_name if key in first else report['backend']}")
                 continue
             a, b = first[key], rows[key]
+            if not (a["ok"] and b["ok"]):
+                continue
             for field in ("outcome", "flag", "digest"):
                 if a.get(field) != b.get(field):
                     found.append(f"{label}: {field} {a.get(field)!r} on {first_name}, {b.get(field)!r} on {report['backend']}")
@@ -170,7 +173,7 @@ def summary(reports: list[dict]) -> tuple[list[str], int]:
                      + (f", {report['seconds']} s" if "seconds" in report else ""))
         lines.extend(f"  - [{row.get('category')}] {row['outcome']}" for row in failed)
     if len(reports) > 1:
-        lines.append(f"- across backends (outcome, error-flag records, integer digest per row): {len(across)} disagreements")
+        lines.append(f"- across backends (outcome, error-flag records, integer digest of the rows that passed on both): {len(across)} disagreements")
         lines.extend(f"  - {item}" for item in across)
     return lines, bad
 
