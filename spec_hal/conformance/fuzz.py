@@ -11,8 +11,10 @@ mutated call on a backend and on the reference (cpu clones) and classifies it. A
   identical in-place effects and identical error-flag records; outputs written through ``out=``
   into canary buffers keep their canaries; the inputs equal their clones afterwards.
 
-Anything else raises :class:`SweepFailure` (the conformance case fails; the sweep script
-``scripts/reliability_sweep.py`` counts it). A crash of the process is a failure by itself.
+Anything else raises :class:`SweepFailure` with its category (``CATEGORIES``: crash, out-of-range
+access, silent cross-request write, backend disagreement); the conformance case fails, and the
+sweep script ``scripts/reliability_sweep.py`` counts it per category. A crash of the process is a
+failure by itself (the script runs the cases in a worker process and counts a death as a crash).
 """
 from __future__ import annotations
 
