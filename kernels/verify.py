@@ -426,9 +426,10 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
 def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
                            coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
                            sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
-                           flag_ptr, flag_code,
+                           flag_ptr, flag_code, passed_ptr,
                            BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, NB_PAD: tl.constexpr,
-                           SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr):
+                           SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr,
+                           COUNT_PASSED: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)  # step s (0-based) drafts x_{s+1}; node k of the chain
@@ -486,6 +487,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         tl.store(accept_ptr + req64[:, None] * nodes + lanes[None, :], accept.to(tl.int32), mask=node_ok)
         tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
         tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+        if COUNT_PASSED:  # every step's own test, past the first rejection too (passed_counts)
+            tl.store(passed_ptr + req, tl.sum(accepted.to(tl.int32), axis=1), mask=req_ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -742,7 +745,8 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, toke
 
 def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor, coins: torch.Tensor,
                           final_coins: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
-                          bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+                          bitmask_index: Optional[torch.Tensor] = None, passed_counts: Optional[torch.Tensor] = None,
+                          out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, steps = draft_ids.shape
     nodes = steps + 1
@@ -760,9 +764,10 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         draft_ids.contiguous(), draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
         sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(draft_ids.device),
-        error_flag.code("verify_chain_sampling", "draft_ids"),
+        error_flag.code("verify_chain_sampling", "draft_ids"), out.num_correct if passed_counts is None else passed_counts,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
-        SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, num_warps=config.warps,
+        SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, COUNT_PASSED=passed_counts is not None,
+        num_warps=config.warps,
     )
     return out
 
@@ -854,10 +859,13 @@ def compile_specs(target: KernelTarget):
         add(_chain_sampling_kernel,
             {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
              "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
-             "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", **final, **flag, "BLOCK_R": "constexpr",
-             "N_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}, "HAS_DRAFT_PROBS": "constexpr"},
-            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), **final_constexprs, "HAS_DRAFT_PROBS": True},
-            sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
+             "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", **final, **flag, "passed_ptr": "*i32",
+             "BLOCK_R": "constexpr", "N_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs},
+             "HAS_DRAFT_PROBS": "constexpr", "COUNT_PASSED": "constexpr"},
+            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), **final_constexprs, "HAS_DRAFT_PROBS": True, "COUNT_PASSED": False},
+            # passed_counts (spec_hal.compat.flashinfer's accepted count) at the two masked/production shapes
+            sampling.warps, masked=masked, extra=(({"HAS_DRAFT_PROBS": False},) if masked else ())
+            + (({"COUNT_PASSED": True},) if (bs, nodes) in ((1, 4), (64, 8)) else ()), stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
             stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values, flag_code=error_flag.code("verify_chain_sampling", "draft_ids"))
     return specs
 
