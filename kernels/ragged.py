@@ -19,12 +19,12 @@ import torch
 import triton
 import triton.language as tl
 
-from spec_hal.ragged import chain_layout, padded_chain_sampling_inputs
+from spec_hal.ragged import chain_layout
 from spec_hal.types import Verdict
 
 from .launch import KernelTarget, runtime_specialized, cdiv
 from .masks import mask_row_base, token_allowed
-from .verify import MaskArgs, _merge_argmax, _pow2, _target_source, _verdict_buffers, verify_chain_sampling, walk_launch
+from .verify import MaskArgs, _merge_argmax, _pow2, _target_source, _verdict_buffers, launch_chain_sampling, walk_launch
 
 
 @triton.jit
@@ -94,11 +94,21 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
                                  target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor, *, max_drafts: int,
                                  token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
                                  out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
-    """Triton provider of ``verify_chain_sampling_ragged``: the reference's gather, then the chain sampling kernel."""
-    drafts, q, p, step_coins, index = padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins,
-                                                                   max_drafts=max_drafts, token_bitmask=token_bitmask, bitmask_index=bitmask_index)
-    return verify_chain_sampling(drafts, q, p, step_coins, final_coins, token_bitmask=token_bitmask, bitmask_index=index, out=out,
-                                 target=target)
+    """Triton provider of ``verify_chain_sampling_ragged``: the chain sampling kernel reads the flat rows in place (RAGGED)."""
+    bs, total = num_draft_tokens.shape[0], draft_tokens.shape[0]
+    nodes = max_drafts + 1
+    out = _verdict_buffers(bs, nodes, nodes, draft_tokens.device, out)
+    if bs == 0:
+        return out
+    counts, starts = chain_layout(num_draft_tokens, max_drafts)
+    if total:
+        draft_tokens, coins = draft_tokens.contiguous(), coins.contiguous()
+    else:  # T = 0: every lane is padding; an empty tensor may have no address
+        draft_tokens, coins = counts, final_coins
+        draft_probs = target_probs if draft_probs is not None else None
+    launch_chain_sampling(draft_tokens, draft_probs, target_probs, coins, final_coins, steps=max_drafts, token_bitmask=token_bitmask,
+                          bitmask_index=bitmask_index, out=out, target=target, ragged=(counts, starts))
+    return out
 
 
 def _warps(target: KernelTarget, config) -> int:
