@@ -180,6 +180,11 @@ FLAGGED_RULES = {
                                             lambda: _with("verify_chain_sampling", draft_ids=_set(4, 2**40))),
     "verify_chain_sampling draft ids -1 and -5": (("verify_chain_sampling", "draft_ids", 2),
                                                   lambda: _with("verify_chain_sampling", draft_ids=lambda d: _set(2, -5)(_set(0, -1)(d)))),
+    # the ragged op records its drafts at their padded index b * max_drafts + j (counts [2, 0, 3],
+    # max_drafts 3: flat drafts 3 and 4 are request 2's drafts 1 and 2, padded 7 and 8)
+    "verify_chain_sampling_ragged draft ids past V and -2": (("verify_chain_sampling", "draft_ids", 7),
+                                                             lambda: _with("verify_chain_sampling_ragged",
+                                                                           draft_tokens=_set_many({3: 2**40, 4: -2}))),
 }
 
 
@@ -190,7 +195,7 @@ def test_rule_is_recorded_like_the_reference(backend, label):
     assert fuzz.outcome(backend, call, label) == "reference answer (flagged)"  # the flag equals the reference's
     args = fuzz._to(call.args, backend.device)
     error_flag.pending_errors(backend.device)
-    getattr(backend, op)(*(args[name] for name in call.positional), **{k: v for k, v in args.items() if k not in call.positional})
+    getattr(backend, call.op)(*(args[name] for name in call.positional), **{k: v for k, v in args.items() if k not in call.positional})
     recorded = error_flag.pending_errors(backend.device)
     assert len(recorded) == 1 and recorded[0][:2] == (op, argument), recorded
     if index is not None:
