@@ -20,11 +20,13 @@ import triton
 import triton.language as tl
 
 from spec_hal.ragged import chain_layout
+from spec_hal import error_flag
 from spec_hal.types import Verdict
 
 from .launch import KernelTarget, runtime_specialized, cdiv
 from .masks import mask_row_base, token_allowed
-from .verify import MaskArgs, _merge_argmax, _pow2, _target_source, _verdict_buffers, launch_chain_sampling, walk_launch
+from .verify import (MaskArgs, _chain_sampling_kernel, _merge_argmax, _pow2, _target_source, _verdict_buffers, chain_sampling_constexprs,
+                     chain_sampling_signature, launch_chain_sampling, sampling_launch, walk_launch)
 
 
 @triton.jit
@@ -144,10 +146,40 @@ def compile_specs(target: KernelTarget):
                                                  values={"num_tiles": num_tiles if from_logits else 1, "num_drafts": bs * max_drafts // 2,
                                                          "total_rows": bs * max_drafts // 2 + bs, "num_masks": bs * nodes if has_mask else 0,
                                                          "mask_width": 4748 if has_mask else 0, "bs": bs, "max_drafts": max_drafts}))
+    specs += _chain_sampling_specs(target)
+    return specs
+
+
+def _chain_sampling_specs(target: KernelTarget) -> list:
+    """``_chain_sampling_kernel`` with RAGGED, as ``verify_chain_sampling_ragged`` launches it:
+    with and without draft probabilities, unmasked and (at the production shape) with a mask
+    without an index and with an int32/int64 index; int64 drafts, and int32 (vLLM's) once."""
+    specs = []
+    for bs, max_drafts, vocab, total in ((64, 5, 151936, 160), (1, 3, 32000, 1), (3, 3, 29, 5)):
+        nodes = max_drafts + 1
+        config = sampling_launch(target, bs, nodes, vocab)
+        masks = [("*i32", "*i32", False, False)]
+        if bs == 64:
+            masks += [("*i32", "*i32", True, False), ("*i32", "*i32", True, True), ("*i32", "*i64", True, True)]
+        drafts_types = ("*i64", "*i32") if bs == 64 else ("*i64",)
+        for drafts_type in drafts_types:
+            for mask_type, index_type, has_mask, has_index in masks if drafts_type == "*i64" else masks[:1]:
+                for has_draft_probs in (True, False):
+                    signature = {**chain_sampling_signature(drafts_type, "*i64"), "mask_ptr": mask_type, "index_ptr": index_type,
+                                 "num_masks": "i32", "mask_width": "i32", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr"}
+                    constexprs = {**chain_sampling_constexprs(config, nodes, ragged=True), "HAS_DRAFT_PROBS": has_draft_probs,
+                                  "HAS_MASK": has_mask, "HAS_INDEX": has_index}
+                    specs.append((_chain_sampling_kernel, signature, constexprs, config.warps))
+                    specs.append(runtime_specialized(target, _chain_sampling_kernel, signature, constexprs, config.warps, values={
+                        "stride_qb": 0, "stride_qn": vocab if has_draft_probs else 0, "stride_qv": 1 if has_draft_probs else 0,
+                        "stride_pb": 0, "stride_pn": vocab, "stride_pv": 1, "bs": bs, "steps": max_drafts, "vocab": vocab,
+                        "sums_width": config.sums_width, "tiles_per_chunk": config.tiles_per_chunk,
+                        "num_masks": total + bs if has_mask else 0, "mask_width": cdiv(vocab, 32) if has_mask else 0,
+                        "flag_code": error_flag.code("verify_chain_sampling", "draft_ids"), "num_drafts": total, "total_rows": total + bs}))
     return specs
 
 
 def describe_launch(target: KernelTarget) -> list[str]:
     config = walk_launch(target, 64, 6)
     return [f"verify_chain_ragged bs=64 S=5: argmax tiles over T + bs rows; match {config.requests} req/program, {config.warps} warps",
-            "verify_chain_sampling_ragged: gather into the padded layout, then verify_chain_sampling's launch"]
+            "verify_chain_sampling_ragged: verify_chain_sampling's launch (RAGGED: the flat rows read in place)"]

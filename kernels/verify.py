@@ -837,6 +837,24 @@ _LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
 _SHAPES = ((1, 4, 32000, 3), (64, 8, 151936, 5), (256, 32, 151936, 5), (3, 6, 8, 5), (4, 8, 16, 3), (1, 64, 151936, 6))
 
 
+def chain_sampling_signature(drafts_type: str, layout_type: str) -> dict:
+    """``_chain_sampling_kernel``'s signature without the mask arguments and flags: draft ids of
+    ``drafts_type``, counts/starts of ``layout_type`` (int32 placeholders padded, int64 ragged)."""
+    return {"draft_ids_ptr": drafts_type, "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
+            "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
+            "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32", "bs": "i32", "steps": "i32",
+            "vocab": "i32", "sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32", "flag_ptr": "*i64",
+            "flag_code": "i64", "counts_ptr": layout_type, "starts_ptr": layout_type, "num_drafts": "i32", "total_rows": "i32",
+            "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILE_V": "constexpr", "SUB": "constexpr", "NB_PAD": "constexpr", "SPLIT": "constexpr",
+            "HAS_DRAFT_PROBS": "constexpr", "RAGGED": "constexpr"}
+
+
+def chain_sampling_constexprs(config: SamplingLaunch, nodes: int, ragged: bool = False) -> dict:
+    """The launch constexprs of ``launch_chain_sampling`` but HAS_DRAFT_PROBS and the mask flags."""
+    return {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILE_V": config.tile_v, "SUB": config.sub, "NB_PAD": config.nb_pad,
+            "SPLIT": config.chunks > 1, "RAGGED": ragged}
+
+
 def compile_specs(target: KernelTarget):
     """Every (kernel, signature, constexprs, num_warps[, attrs]) the host functions launch on
     ``target``: each launch generic (misaligned pointers) and as Triton specialises it at run time
@@ -904,14 +922,10 @@ def compile_specs(target: KernelTarget):
             sampling.warps, masked=masked, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
             vocab=vocab, **final_values, flag_code=error_flag.code("verify_sampling", "candidates"), chain_shift=0)
         chain_steps = nodes - 1
-        add(_chain_sampling_kernel,
-            {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
-             "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
-             "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", **final, **flag, "BLOCK_R": "constexpr",
-             "N_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}, "HAS_DRAFT_PROBS": "constexpr"},
-            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), **final_constexprs, "HAS_DRAFT_PROBS": True},
-            sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
-            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values, flag_code=error_flag.code("verify_chain_sampling", "draft_ids"))
+        add(_chain_sampling_kernel, chain_sampling_signature("*i64", "*i32"), {**chain_sampling_constexprs(sampling, nodes), "HAS_DRAFT_PROBS": True},
+            sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab, stride_qn=vocab,
+            stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values,
+            flag_code=error_flag.code("verify_chain_sampling", "draft_ids"), num_drafts=bs * chain_steps, total_rows=bs * nodes)
     return specs
 
 
