@@ -475,24 +475,30 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     use_q = req_ok & (num_correct < steps)
     q_step = tl.minimum(num_correct, steps - 1).to(tl.int64)
     if RAGGED:
-        final_row = first_row + num_correct
-        # the final row past the flat end (counts that break the layout) is the padded zero row:
-        # its requests skip the sums and sample token 0, as the reference does
-        row_ok = req_ok & (final_row < total_rows)
-        q_at = tl.minimum(tl.maximum(first_row - req64 + q_step, 0), num_drafts - 1)
-        use_q = use_q & (q_step < count) & (first_row + q_step + 1 < total_rows) & (q_at >= 0)
-        p_row = tl.minimum(final_row, total_rows - 1) * stride_pn
-        q_row = q_at * stride_qn
+        # The final row and the rejected draft's q row as reductions over the lanes (the first
+        # lane not accepted; rows and draft_at grow with the lane): deriving them from the
+        # reduced num_correct (an int32 -> int64 cast) broke RemoveLayoutConversions on Triton 3.6
+        # in the masked variants. The valid lanes are a prefix, so lane num_correct holds a draft
+        # (else q is the padding's 0) iff num_correct < their number.
+        final_row = tl.min(tl.where(accepted, total_rows, rows), axis=1)
+        q_at = tl.min(tl.where(accepted | (lanes[None, :] >= steps), num_drafts - 1, draft_at), axis=1)
+        use_q = use_q & (num_correct < tl.sum(step_ok.to(tl.int32), axis=1))
+        # A final row past the flat end (counts that break the layout) is the padded zero row,
+        # whose token is 0 (set below); the sums read the last row instead (kept out of the masks:
+        # a predicate from the lanes' reduction there broke the same pass).
+        final_in_rows = final_row < total_rows
+        final_row = tl.minimum(final_row, total_rows - 1)
+        p_row = final_row * stride_pn
+        q_row = tl.maximum(q_at, 0) * stride_qn
         final_mask_row = final_row
     else:
-        row_ok = req_ok
         p_row = req64 * stride_pb + num_correct.to(tl.int64) * stride_pn
         q_row = req64 * stride_qb + q_step * stride_qn
         final_mask_row = req64 * (steps + 1) + num_correct
     sums_base = req64 * (2 * sums_width)
     first_tile = tl.program_id(1) * tiles_per_chunk
     end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
-    final_base, final_constrained = mask_row_base(index_ptr, final_mask_row, row_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
+    final_base, final_constrained = mask_row_base(index_ptr, final_mask_row, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
     # Without draft probabilities the crossing block is compared with the rejected draft (PIECE x N_PAD).
     PIECE: tl.constexpr = SUB if HAS_DRAFT_PROBS or SUB * N_PAD <= 2048 else 2048 // N_PAD
     if HAS_DRAFT_PROBS:  # residual max(0, p - q)
@@ -502,14 +508,16 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         rejected_lane = (lanes[None, :] == num_correct[:, None]) & use_q[:, None] & draft_ok
         rejected_tokens = tl.where(rejected_lane, drafts, -1)
         rejected_q = tl.where(rejected_lane, _quantize(p), 0)
-    _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, row_ok, rejected_tokens, rejected_q,
+    _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, rejected_tokens, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
                 BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
     if _finishing(counter_ptr, req, req_ok, SPLIT):
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
-        final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, row_ok, rejected_tokens,
+        final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, rejected_tokens,
                                   final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained, mask_width,
                                   SUB, NB_PAD, PIECE, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
+        if RAGGED:
+            final = tl.where(final_in_rows, final, 0)
         nodes = steps + 1
         node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
         predict = tl.where(lanes[None, :] < num_correct[:, None], drafts, tl.where(lanes[None, :] == num_correct[:, None], final[:, None], -1))
