@@ -5,11 +5,12 @@ runs over the T + bs flat target rows only, so a request with c_b drafts costs c
 max_drafts + 1; then ``_ragged_chain_greedy_kernel`` (grid: request blocks) merges each request's
 tiles at its rows r_b .. r_b + c_b, matches the drafts and writes the padded Verdict.
 
-``verify_chain_sampling_ragged``: the reference's gather into the padded layout
-(``spec_hal.ragged.padded_chain_sampling_inputs``), then ``verify_chain_sampling``'s kernel.
-A dedicated flat-layout kernel was written (branch s2-rkernels) but is not shipped: on the H100
-with Triton 3.6 its masked variants failed to compile (PassManager::run failed) and it did not
-record invalid draft ids in the error flag as the reference does.
+``verify_chain_sampling_ragged``: ``kernels/verify.py``'s ``_chain_sampling_kernel`` with
+``RAGGED``: it reads the (T + bs, V) target and (T, V) draft rows, the flat drafts and coins in
+place at each request's row starts (``spec_hal.ragged.chain_layout``), so no probability row is
+copied (the reference's gather into the padded layout ran ~5 passes over them). Lanes past a
+request's count are the padded layout's padding; invalid draft ids are recorded at their padded
+index, as the reference records them.
 """
 from __future__ import annotations
 
@@ -121,7 +122,7 @@ def _warps(target: KernelTarget, config) -> int:
 PROVIDERS = {
     "verify_chain_ragged": (verify_chain_ragged, "kernels/ragged.py: tile argmax over the flat rows + ragged prefix match"),
     "verify_chain_sampling_ragged": (verify_chain_sampling_ragged,
-                                     "kernels/ragged.py: gather into the padded layout + kernels/verify.py chain sampling"),
+                                     "kernels/verify.py chain sampling reading the flat rows in place (RAGGED)"),
 }
 
 
