@@ -104,6 +104,9 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
     if bs == 0:
         return out
     counts, starts = chain_layout(num_draft_tokens, max_drafts)
+    # The reference's padding past the flat end (counts that break the layout): at most
+    # T + bs - 1 - r_b drafts, and -1 where the root row itself is past the end (final token 0).
+    counts = torch.minimum(counts, total + bs - 1 - starts).clamp_(min=-1)
     if total:
         draft_tokens, coins = draft_tokens.contiguous(), coins.contiguous()
     else:  # T = 0: every lane is padding; an empty tensor may have no address
