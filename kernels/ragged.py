@@ -107,6 +107,7 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
     # The reference's padding past the flat end (counts that break the layout): at most
     # T + bs - 1 - r_b drafts, and -1 where the root row itself is past the end (final token 0).
     counts = torch.minimum(counts, total + bs - 1 - starts).clamp_(min=-1)
+    root_past_end = counts < 0
     if total:
         draft_tokens, coins = draft_tokens.contiguous(), coins.contiguous()
     else:  # T = 0: every lane is padding; an empty tensor may have no address
@@ -114,6 +115,7 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
         draft_probs = target_probs if draft_probs is not None else None
     launch_chain_sampling(draft_tokens, draft_probs, target_probs, coins, final_coins, steps=max_drafts, token_bitmask=token_bitmask,
                           bitmask_index=bitmask_index, out=out, target=target, ragged=(counts, starts))
+    out.predict.view(bs, nodes)[:, 0].masked_fill_(root_past_end, 0)  # the padded zero row's token
     return out
 
 

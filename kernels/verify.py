@@ -433,8 +433,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     """RAGGED: the flat layout of spec_hal/ragged.py (``verify_chain_sampling_ragged``), read in
     place: request b's target row j is flat row starts[b] + j, its draft j flat index
     starts[b] - b + j (clamped into [0, T) as the reference's gather); lanes past counts[b] or
-    past the flat end are the padded layout's padding (draft -1, coin 0, q = 0); counts[b] = -1
-    (the root row past the flat end) gives final token 0, the padded zero row's. Otherwise (and
+    past the flat end are the padded layout's padding (draft -1, coin 0, q = 0); counts[b] = -1:
+    the root row is past the flat end (its final token is the caller's to set). Otherwise (and
     for the error flag's index, b * S + j) the padded (bs, S) / (bs, S+1) layout."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
@@ -484,8 +484,9 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         final_row = tl.min(tl.where(accepted, total_rows, rows), axis=1)
         q_at = tl.min(tl.where(accepted | (lanes[None, :] >= steps), num_drafts - 1, draft_at), axis=1)
         use_q = use_q & (num_correct < tl.sum(step_ok.to(tl.int32), axis=1))
-        # Past the flat end only when the root row is (count -1: token 0, set below); the sums
-        # read the last row instead.
+        # Past the flat end only when the root row is (count -1): the sums read the last row
+        # instead and the host writes the padded zero row's token 0 (kernels/ragged.py; a flag
+        # kept here spilled SGPRs on gfx942 with Triton 3.6).
         final_row = tl.minimum(final_row, total_rows - 1)
         p_row = final_row * stride_pn
         q_row = tl.maximum(q_at, 0) * stride_qn
@@ -515,8 +516,6 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, rejected_tokens,
                                   final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained, mask_width,
                                   SUB, NB_PAD, PIECE, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
-        if RAGGED:  # count -1: the root row is past the flat end (reloaded: a live flag spilled)
-            final = tl.where(tl.load(counts_ptr + req, mask=req_ok, other=0) >= 0, final, 0)
         nodes = steps + 1
         node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
         predict = tl.where(lanes[None, :] < num_correct[:, None], drafts, tl.where(lanes[None, :] == num_correct[:, None], final[:, None], -1))
