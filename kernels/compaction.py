@@ -18,7 +18,7 @@ from spec_hal import error_flag
 from spec_hal.compaction import batch_first, record_verdict_values
 
 from .error_flag import ARGUMENT_STEP, record_invalid
-from .launch import KernelTarget
+from .launch import KernelTarget, cdiv, next_power_of_2
 
 
 @triton.jit
@@ -93,14 +93,14 @@ def compact_launch(target: KernelTarget, columns: int, element_size: int) -> tup
     8 rows per thread (each row carries its own int64 source index and pointers: 16384 one-column
     rows in 256 threads spilled on every target) and 64 bytes per thread on NVIDIA, 32 on AMD
     (a 64-byte share spilled VGPRs on CDNA; there the 16 KiB tile takes 8 wavefronts)."""
-    block = max(triton.next_power_of_2(columns), 1)
+    block = max(next_power_of_2(columns), 1)
     if target.vendor == "interpreter":
         return max(1, min(1024, 65536 // block)), block, 1
     block = min(block, 16384 // element_size)
     bytes_per_thread = 32 if target.vendor == "amd" else 64
     max_threads = 8 * target.warp_size
     rows = max(1, min(16384 // (block * element_size), 8 * max_threads))
-    threads = max(rows * block * element_size // bytes_per_thread, triton.cdiv(rows, 8))
+    threads = max(rows * block * element_size // bytes_per_thread, cdiv(rows, 8))
     return rows, block, max(1, min(8, threads // target.warp_size))
 
 
@@ -113,7 +113,7 @@ def bonus_tokens(verdict, *, out=None, target: KernelTarget):
     if rows == 0:
         return out
     block = 128
-    _bonus_tokens_kernel[(triton.cdiv(rows, block),)](
+    _bonus_tokens_kernel[(cdiv(rows, block),)](
         predict, predict.stride(0), verdict.accept_index, verdict.accept_index.stride(0), verdict.accept_index.stride(1),
         verdict.accept_lens, verdict.accept_lens.stride(0), out, rows, width, predict.shape[0],
         error_flag.flag(predict.device), _BONUS_CODE, BLOCK=block, num_warps=1 if target.vendor == "interpreter" else 4,
@@ -147,7 +147,7 @@ def compact_accepted(x, verdict, *, out=None, target: KernelTarget):
     source = _as_rows(x.unsqueeze(1) if x.dim() == 1 else x)
     total_rows, columns = source.shape
     tile_rows, block, warps = compact_launch(target, columns, source.element_size())
-    _compact_rows_kernel[(triton.cdiv(total_rows, tile_rows), triton.cdiv(columns, block))](
+    _compact_rows_kernel[(cdiv(total_rows, tile_rows), cdiv(columns, block))](
         source, source.stride(0), out.view(torch.uint8) if out.dtype == torch.bool else out,
         verdict.accept_index, verdict.accept_index.stride(0), verdict.accept_index.stride(1),
         verdict.accept_lens, verdict.accept_lens.stride(0), total_rows // rows, width, total_rows, columns,

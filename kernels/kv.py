@@ -29,7 +29,7 @@ from spec_hal.device_buffers import allocate_persistent
 from spec_hal.kv import DraftSlots, record_move_values
 
 from .error_flag import ARGUMENT_STEP, record_invalid
-from .launch import KernelTarget
+from .launch import KernelTarget, cdiv, next_power_of_2
 
 
 @triton.jit
@@ -124,7 +124,7 @@ def _draft_slots_kernel(table_ptr, table_stride_row, table_stride_col, table_wid
 
 
 def _padded(count: int) -> int:
-    return max(triton.next_power_of_2(max(count, 1)), 16)
+    return max(next_power_of_2(max(count, 1)), 16)
 
 
 def accepted_kv_moves(verdict, slots, *, out=None, target: KernelTarget):
@@ -136,7 +136,7 @@ def accepted_kv_moves(verdict, slots, *, out=None, target: KernelTarget):
     if rows == 0:
         return out[0], out[1]
     block = 256
-    _accepted_moves_kernel[(triton.cdiv(rows * width, block),)](
+    _accepted_moves_kernel[(cdiv(rows * width, block),)](
         verdict.accept_index, verdict.accept_index.stride(0), verdict.accept_index.stride(1),
         verdict.accept_lens, verdict.accept_lens.stride(0), slots, slots.stride(0), slots.stride(1),
         out[0], out[1], rows, width, slots.shape[1], error_flag.flag(slots.device), _ACCEPTED_MOVES_CODE, BLOCK=block, num_warps=1 if target.vendor == "interpreter" else 4,
@@ -200,13 +200,13 @@ def move_launch(target: KernelTarget, row_length: int, element_size: int) -> tup
     Python-level programs and iterations).
     """
     if target.vendor == "interpreter":
-        return max(triton.next_power_of_2(row_length), 16), 256, 1
+        return max(next_power_of_2(row_length), 16), 256, 1
     if target.vendor == "nvidia":
         # 512-byte tiles, 32 moves, 8 16-byte vectors a thread: measured faster on the H100
         # (55-58% of copy bandwidth; 128-byte tiles of 64 moves measured 44%) and spill-free there.
-        block = min(max(triton.next_power_of_2(row_length), 16), 512 // element_size)
+        block = min(max(next_power_of_2(row_length), 16), 512 // element_size)
         return block, 32, max(1, min(8, 32 * block * element_size // (16 * target.warp_size * 8)))
-    block = min(max(triton.next_power_of_2(row_length), 16), 64 // element_size)
+    block = min(max(next_power_of_2(row_length), 16), 64 // element_size)
     chunk = 64
     # At most 16 elements a thread (8 for bytes): a launch with misaligned pointers cannot
     # vectorise, and each element then carries its own 64-bit address.
@@ -231,7 +231,7 @@ def move_kv(caches, src, dst, *, target: KernelTarget):
         # fp8 rows are moved as bytes: a bit copy needs no fp8 support in the interpreter.
         base = group[0].view(torch.uint8) if dtype.is_floating_point and group[0].element_size() == 1 else group[0]
         block, chunk, warps = move_launch(target, row_length, group[0].element_size())
-        _move_rows_kernel[(len(group), triton.cdiv(row_length, block))](
+        _move_rows_kernel[(len(group), cdiv(row_length, block))](
             base, _offset_table(group, src.device), slot_stride, num_slots, row_length, src, dst, num_moves,
             check_slots, flag, _MOVE_KV_CODE, CHUNK=chunk, BLOCK=block, num_warps=warps,
         )

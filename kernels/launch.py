@@ -67,6 +67,14 @@ class KernelTarget:
     def __post_init__(self):
         if self.vendor not in VENDORS:
             raise ValueError(f"vendor must be one of {VENDORS}, got {self.vendor!r}")
+        # Every launch config is an lru_cache keyed by (target, sizes...): hash once, not per call.
+        object.__setattr__(self, "_hash", hash((self.vendor, self.arch, self.warp_size, self.multiprocessors)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):  # rebuilt (and hashed) in the receiving process: str hashes differ between processes
+        return type(self), (self.vendor, self.arch, self.warp_size, self.multiprocessors)
 
     @property
     def label(self) -> str:

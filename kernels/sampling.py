@@ -49,6 +49,7 @@ ID_SCALE = tl.constexpr(1 << semantics.ID_BITS)
 ID_LAST = tl.constexpr((1 << semantics.ID_BITS) - 1)
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
 LOG2E_SCALED = tl.constexpr(semantics.LOG2E_SCALED)
+MIN_TOP_P = tl.constexpr(semantics.MIN_TOP_P)
 KEEP_ALL_KEY = tl.constexpr(semantics.LEVEL_MAX * (1 << semantics.ID_BITS) + (1 << semantics.ID_BITS) - 1)
 
 
@@ -309,6 +310,7 @@ def _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperatur
     top_k = tl.where((top_k > 0) & (top_k < vocab), top_k, 0).to(tl.int32)  # < V <= 2^23
     top_p = tl.load(top_p_ptr + req, mask=req_ok & ((flags & 4) != 0), other=top_p_value).to(tl.float32).to(tl.float64)
     top_p = tl.where(top_p < 1, top_p, 1.0)  # NaN: off
+    top_p = tl.where(top_p > 0, top_p, MIN_TOP_P)  # <= 0: the top token alone
     min_p = tl.load(min_p_ptr + req, mask=req_ok & ((flags & 8) != 0), other=min_p_value).to(tl.float32).to(tl.float64)
     min_p = tl.where(min_p > 0, tl.where(min_p < 1, min_p, 1.0), 0.0)
     scaled = min_p * TOP_WEIGHT  # exact: a power-of-two scale
@@ -566,7 +568,7 @@ def _coins(bs: int, width: int, device, *, seed, offset, generator, coins, final
     accept = torch.empty((bs, width), dtype=torch.float32, device=device)
     final = torch.empty(bs, dtype=torch.float32, device=device)
     block_r = min(_pow2(bs), 1024) if target.vendor == "interpreter" else 128
-    _hash_coins_kernel[(cdiv(bs, block_r),)](seed, offset, accept, final, bs, width, BLOCK_R=block_r, W_PAD=_pow2(width),
+    _hash_coins_kernel[(cdiv(bs, block_r),)](seed.contiguous(), offset.contiguous(), accept, final, bs, width, BLOCK_R=block_r, W_PAD=_pow2(width),
                                                     num_warps=1 if target.vendor == "interpreter" else target.warps(128))
     return accept, final
 
@@ -619,7 +621,7 @@ def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
 def _scalar_or_tensor(value, dtype, placeholder: torch.Tensor, bit: int):
     """(pointer, scalar, flag bit) of a per-request parameter for ``_request_params``."""
     if isinstance(value, torch.Tensor):
-        return value.to(dtype), 0, bit
+        return value.to(dtype).contiguous(), 0, bit  # the kernel indexes it by request: stride 1
     return placeholder, value, 0
 
 
@@ -665,7 +667,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         logits, logits.stride(0), logits.stride(1), vocab, max(1, (vocab - 1).bit_length()), table,
         *pointers, *scalars, flags,
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), accept, final,
-        seed if hashed else table, offset if hashed else table,
+        seed.contiguous() if hashed else table, offset.contiguous() if hashed else table,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, float_placeholder, bs, nodes, tree.num_steps,
         error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain),
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),

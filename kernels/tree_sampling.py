@@ -32,7 +32,7 @@ import triton.language as tl
 
 from spec_hal.types import DraftTree, Verdict
 
-from .launch import KernelTarget, cdiv, runtime_specialized
+from .launch import KernelTarget, cdiv, next_power_of_2, runtime_specialized
 from .masks import mask_row_base, token_allowed
 from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _sanitize_coins, _sanitize_probs,
                      _store_verdict, _verdict_buffers)
@@ -219,7 +219,7 @@ def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) 
     interpreter batches requests so that a tile holds at most 2^17 elements, and reads a row in
     at least 2 tiles (the running sums across tiles are what the conformance suite checks there)."""
     if target.vendor == "interpreter":
-        tile_v = min(max(triton.next_power_of_2(triton.cdiv(max(vocab, 1), 2)), 8), 4096)
+        tile_v = min(max(next_power_of_2(cdiv(max(vocab, 1), 2)), 8), 4096)
         requests = min(_pow2(bs), 32768 // _pow2(nodes), max(2**17 // tile_v, 1))
         return TreeSamplingLaunch(requests=requests, warps=1, tile_v=tile_v)
     threads = 128 if target.vendor == "nvidia" else 256

@@ -426,10 +426,10 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
 def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
                            coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
                            sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
-                           flag_ptr, flag_code, counts_ptr, starts_ptr, num_drafts, total_rows,
+                           flag_ptr, flag_code, passed_ptr, counts_ptr, starts_ptr, num_drafts, total_rows,
                            BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, NB_PAD: tl.constexpr,
                            SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr,
-                           RAGGED: tl.constexpr):
+                           COUNT_PASSED: tl.constexpr, RAGGED: tl.constexpr):
     """RAGGED: the flat layout of spec_hal/ragged.py (``verify_chain_sampling_ragged``), read in
     place: request b's target row j is flat row starts[b] + j, its draft j flat index
     starts[b] - b + j (clamped into [0, T) as the reference's gather); lanes past counts[b] or
@@ -524,6 +524,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         tl.store(accept_ptr + req64[:, None] * nodes + lanes[None, :], accept.to(tl.int32), mask=node_ok)
         tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
         tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+        if COUNT_PASSED:  # every step's own test, past the first rejection too (passed_counts)
+            tl.store(passed_ptr + req, tl.sum(accepted.to(tl.int32), axis=1), mask=req_ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -646,24 +648,24 @@ def _verdict_buffers(bs: int, nodes: int, width: int, device, out: Optional[Verd
 
 class MaskArgs:
     """A launch's mask arguments: ``args`` = (mask, index, num_masks, width) pointers/ints and
-    ``flags`` = the two constexpr flags. Without a mask the pointers are ``placeholder`` (never
-    read). A plain class with slots: built on every verify call, where a frozen dataclass's
-    ``__init__`` and properties cost microseconds."""
+    ``flags`` = the two constexpr flags (HAS_MASK, HAS_INDEX). Without a mask the pointers are
+    ``placeholder`` (never read). A plain class with two slots: built on every verify call, where
+    a frozen dataclass's ``__init__`` and properties cost microseconds."""
 
-    __slots__ = ("mask", "index", "num_masks", "width", "has_mask", "has_index", "args", "flags")
+    __slots__ = ("args", "flags")
 
-    def __init__(self, mask: torch.Tensor, index: torch.Tensor, num_masks: int, width: int, has_mask: bool, has_index: bool):
-        self.mask, self.index, self.num_masks, self.width, self.has_mask, self.has_index = mask, index, num_masks, width, has_mask, has_index
-        self.args = (mask, index, num_masks, width)
-        self.flags = _MASK_FLAGS[has_mask, has_index]  # shared: callers only unpack it (**flags copies)
+    def __init__(self, args: tuple, flags: dict):
+        self.args = args
+        self.flags = flags  # shared: callers only unpack it (**flags copies)
 
     @classmethod
     def of(cls, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor], placeholder: torch.Tensor) -> "MaskArgs":
         if token_bitmask is None:
-            return cls(placeholder, placeholder, 0, 0, False, False)
+            return cls((placeholder, placeholder, 0, 0), _MASK_FLAGS[False, False])
         mask = token_bitmask.contiguous()
         index = bitmask_index.contiguous() if bitmask_index is not None else mask
-        return cls(mask, index, mask.shape[0], mask.shape[1], True, bitmask_index is not None)
+        rows, width = mask.shape
+        return cls((mask, index, rows, width), _MASK_FLAGS[True, bitmask_index is not None])
 
 
 _MASK_FLAGS = {(mask, index): {"HAS_MASK": mask, "HAS_INDEX": index} for mask in (False, True) for index in (False, True)}
@@ -689,7 +691,8 @@ def _target_source(target_predict: torch.Tensor, target: KernelTarget, masks: Op
             target_predict = target_predict.flatten(0, 1)
         tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target, masks)
         return tile_max, tile_max, tile_id, num_tiles, True
-    ids = target_predict.reshape(-1).contiguous()  # the walks index token ids with unit stride
+    # The walks index token ids with unit stride; (bs*N,) ids (the usual call) need no reshape.
+    ids = (target_predict if target_predict.dim() == 1 else target_predict.reshape(-1)).contiguous()
     return ids, ids, ids, 1, False
 
 
@@ -780,20 +783,22 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, toke
 
 def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor, coins: torch.Tensor,
                           final_coins: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
-                          bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+                          bitmask_index: Optional[torch.Tensor] = None, passed_counts: Optional[torch.Tensor] = None,
+                          out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, steps = draft_ids.shape
     out = _verdict_buffers(bs, steps + 1, steps + 1, draft_ids.device, out)
     if bs == 0:
         return out
     launch_chain_sampling(draft_ids.contiguous(), draft_probs, target_probs, coins.contiguous(), final_coins, steps=steps,
-                          token_bitmask=token_bitmask, bitmask_index=bitmask_index, out=out, target=target)
+                          token_bitmask=token_bitmask, bitmask_index=bitmask_index, out=out, target=target, passed_counts=passed_counts)
     return out
 
 
 def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor, coins: torch.Tensor,
                           final_coins: torch.Tensor, *, steps: int, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor],
-                          out: Verdict, target: KernelTarget, ragged: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> None:
+                          out: Verdict, target: KernelTarget, ragged: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+                          passed_counts: Optional[torch.Tensor] = None) -> None:
     """Launch ``_chain_sampling_kernel`` into ``out`` (bs >= 1). Padded: draft_ids and coins (bs, S)
     contiguous, probabilities (bs, S(+1), V) or flat. ``ragged``: (counts, starts) (bs,) int64 of
     ``spec_hal.ragged.chain_layout``; draft_ids, coins (T,) and draft_probs (T, V) the flat tensors
@@ -820,9 +825,11 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         draft_ids, draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,
         coins, final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
         sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(final_coins.device),
-        error_flag.code("verify_chain_sampling", "draft_ids"), counts, starts, num_drafts, total_rows,
+        error_flag.code("verify_chain_sampling", "draft_ids"), out.num_correct if passed_counts is None else passed_counts,
+        counts, starts, num_drafts, total_rows,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
-        SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, RAGGED=ragged is not None, num_warps=config.warps,
+        SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, COUNT_PASSED=passed_counts is not None,
+        RAGGED=ragged is not None, num_warps=config.warps,
     )
 
 
@@ -850,15 +857,15 @@ def chain_sampling_signature(drafts_type: str, layout_type: str) -> dict:
             "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
             "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32", "bs": "i32", "steps": "i32",
             "vocab": "i32", "sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32", "flag_ptr": "*i64",
-            "flag_code": "i64", "counts_ptr": layout_type, "starts_ptr": layout_type, "num_drafts": "i32", "total_rows": "i32",
+            "flag_code": "i64", "passed_ptr": "*i32", "counts_ptr": layout_type, "starts_ptr": layout_type, "num_drafts": "i32", "total_rows": "i32",
             "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILE_V": "constexpr", "SUB": "constexpr", "NB_PAD": "constexpr", "SPLIT": "constexpr",
-            "HAS_DRAFT_PROBS": "constexpr", "RAGGED": "constexpr"}
+            "HAS_DRAFT_PROBS": "constexpr", "COUNT_PASSED": "constexpr", "RAGGED": "constexpr"}
 
 
 def chain_sampling_constexprs(config: SamplingLaunch, nodes: int, ragged: bool = False) -> dict:
-    """The launch constexprs of ``launch_chain_sampling`` but HAS_DRAFT_PROBS and the mask flags."""
+    """The launch constexprs of ``launch_chain_sampling`` (without passed_counts) but HAS_DRAFT_PROBS and the mask flags."""
     return {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILE_V": config.tile_v, "SUB": config.sub, "NB_PAD": config.nb_pad,
-            "SPLIT": config.chunks > 1, "RAGGED": ragged}
+            "SPLIT": config.chunks > 1, "COUNT_PASSED": False, "RAGGED": ragged}
 
 
 def compile_specs(target: KernelTarget):
@@ -928,8 +935,10 @@ def compile_specs(target: KernelTarget):
             sampling.warps, masked=masked, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
             vocab=vocab, **final_values, flag_code=error_flag.code("verify_sampling", "candidates"), chain_shift=0)
         chain_steps = nodes - 1
+        # passed_counts (spec_hal.compat.flashinfer's accepted count) at the two masked/production shapes
         add(_chain_sampling_kernel, chain_sampling_signature("*i64", "*i32"), {**chain_sampling_constexprs(sampling, nodes), "HAS_DRAFT_PROBS": True},
-            sampling.warps, masked=masked, extra=({"HAS_DRAFT_PROBS": False},) if masked else (), stride_qb=chain_steps * vocab, stride_qn=vocab,
+            sampling.warps, masked=masked, extra=(({"HAS_DRAFT_PROBS": False},) if masked else ())
+            + (({"COUNT_PASSED": True},) if (bs, nodes) in ((1, 4), (64, 8)) else ()), stride_qb=chain_steps * vocab, stride_qn=vocab,
             stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values,
             flag_code=error_flag.code("verify_chain_sampling", "draft_ids"), num_drafts=bs * chain_steps, total_rows=bs * nodes)
     return specs

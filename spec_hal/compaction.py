@@ -39,8 +39,41 @@ def value_checks_enabled() -> bool:
     return checks.value_checks_enabled()
 
 
+def verdict_ok(verdict: object) -> bool:
+    """The common case of :func:`check_verdict` (and of the mamba ops' weaker verdict check) in a
+    few comparisons: a Verdict of int32/int64 tensors on one device, accept_index (bs, S+1) with
+    S+1 >= 1 and not meta, accept_lens and num_correct (bs,), predict (bs*N,) with N >= 1.
+    False sends the caller to the detailed checks, which name the argument."""
+    if type(verdict) is not Verdict:
+        return False
+    accept_index, predict, accept_lens, num_correct = verdict.accept_index, verdict.predict, verdict.accept_lens, verdict.num_correct
+    if not (isinstance(accept_index, torch.Tensor) and accept_index.dtype in _INDEX_DTYPES and not accept_index.is_meta):
+        return False
+    shape = accept_index.shape
+    if len(shape) != 2 or shape[1] < 1:
+        return False
+    rows, device = shape[0], accept_index.device
+    if not (isinstance(predict, torch.Tensor) and predict.dtype in _INDEX_DTYPES and predict.device == device):
+        return False
+    total = predict.shape
+    if len(total) != 1 or (rows and (total[0] == 0 or total[0] % rows)):
+        return False
+    return _index_vector_ok(accept_lens, rows, device) and _index_vector_ok(num_correct, rows, device)
+
+
+def _index_vector_ok(value, length: int, device) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype in _INDEX_DTYPES and value.shape == (length,) and value.device == device
+
+
+_INDEX_DTYPES = frozenset(checks.INDEX_DTYPES)
+
+
 def check_verdict(name: str, verdict: object) -> Verdict:
     """Metadata of a Verdict: consistent shapes, index dtypes, one device."""
+    if verdict_ok(verdict):
+        if value_checks_enabled() and verdict.accept_index.shape[0]:
+            _check_verdict_values(name, verdict)
+        return verdict
     if not isinstance(verdict, Verdict):
         raise InvalidInput(name, "a spec_hal.types.Verdict", type(verdict).__name__)
     accept_index = checks.tensor(f"{name}.accept_index", verdict.accept_index, ndim=2, dtypes=checks.INDEX_DTYPES)

@@ -55,11 +55,23 @@ _OPS = tuple(FLAGGED)
 
 _lock = threading.RLock()
 _flags: dict[str, torch.Tensor] = {}
+# The hot path of flag(): every launch that records passes its tensors' torch.device. Filled
+# under _lock, read without it (a dict read is atomic, and an entry never changes once written).
+# Only devices that name one device are keys ("cuda" without an index follows the current device).
+_by_device: dict[torch.device, torch.Tensor] = {}
 
 
 def code(op: str, argument: str) -> int:
     """The code of (op, argument) at index 0; add the index to it."""
+    found = _CODES.get((op, argument))  # launches ask on every call: one dict read
+    return found if found is not None else _code(op, argument)
+
+
+def _code(op: str, argument: str) -> int:
     return ((_OPS.index(op) + 1) << (_INDEX_BITS + _ARGUMENT_BITS)) | (FLAGGED[op].index(argument) << _INDEX_BITS)
+
+
+_CODES = {(op, argument): _code(op, argument) for op, arguments in FLAGGED.items() for argument in arguments}
 
 
 def decode(value: int) -> Optional[tuple[str, str, int]]:
@@ -73,6 +85,14 @@ def decode(value: int) -> Optional[tuple[str, str, int]]:
 
 def flag(device: "torch.device | str") -> torch.Tensor:
     """The (1,) int64 flag of ``device`` (created on first use, then the same tensor)."""
+    found = _by_device.get(device)
+    if found is not None:
+        return found
+    return _create_flag(device)
+
+
+def _create_flag(device: "torch.device | str") -> torch.Tensor:
+    requested = device
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -80,6 +100,8 @@ def flag(device: "torch.device | str") -> torch.Tensor:
     with _lock:
         if key not in _flags:
             _flags[key] = allocate_persistent(device, lambda: torch.full((1,), NO_ERROR, dtype=torch.int64, device=device))
+        if isinstance(requested, torch.device) and (requested.index is not None or requested.type == "cpu"):
+            _by_device[requested] = _flags[key]
         return _flags[key]
 
 

@@ -128,7 +128,26 @@ def accepted_kv_moves(
 # move_kv
 
 
+def _move_kv_ok(caches, src, dst) -> bool:
+    """``check_move_kv``'s common call in a few comparisons per cache: src and dst (M,) int32/int64
+    on one device with data, and every cache a contiguous tensor of at least one dimension of a
+    KV dtype there (contiguous: dense rows and no overlapping elements). False sends the caller
+    to the detailed checks, which name the argument."""
+    if not (isinstance(src, torch.Tensor) and src.dtype in _INDEX_DTYPES and len(src.shape) == 1 and not src.is_meta):
+        return False
+    device = src.device
+    if not (isinstance(dst, torch.Tensor) and dst.dtype in _INDEX_DTYPES and dst.shape == src.shape and dst.device == device):
+        return False
+    for cache in caches:
+        if not (isinstance(cache, torch.Tensor) and cache.dtype in _KV_DTYPES and cache.device == device and cache.dim() >= 1
+                and cache.is_contiguous()):
+            return False
+    return True
+
+
 def check_move_kv(caches, src, dst) -> None:
+    if isinstance(caches, (list, tuple)) and caches and not value_checks_enabled() and _move_kv_ok(caches, src, dst):
+        return
     if not isinstance(caches, (list, tuple)) or not caches:
         raise InvalidInput("caches", "a non-empty list or tuple of KV cache tensors (num_slots, ...)", type(caches).__name__)
     src = checks.tensor("src", src, ndim=1, dtypes=checks.INDEX_DTYPES)
@@ -144,6 +163,10 @@ def check_move_kv(caches, src, dst) -> None:
             raise InvalidInput(name, "contiguous rows (every dim after the slot dim dense)", f"strides {cache.stride()}")
     if value_checks_enabled() and src.numel():
         _check_move_values(caches, src, dst)
+
+
+_INDEX_DTYPES = frozenset(checks.INDEX_DTYPES)
+_KV_DTYPES = frozenset(KV_DTYPES)
 
 
 def record_move_values(caches, src, dst) -> None:

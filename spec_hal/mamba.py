@@ -37,6 +37,7 @@ import torch
 
 from . import checks
 from .error_flag import record as record_invalid
+from .compaction import verdict_ok
 from .errors import InvalidInput
 from .registry import register_op
 from .types import Verdict
@@ -72,6 +73,8 @@ class MambaCommit:
 
 
 def _check_verdict(verdict: object) -> Verdict:
+    if verdict_ok(verdict):  # the common case, and stricter than this check (num_correct, predict's dtype)
+        return verdict
     if not isinstance(verdict, Verdict):
         raise InvalidInput("verdict", "a spec_hal.types.Verdict", type(verdict).__name__)
     accept_index = checks.tensor("verdict.accept_index", verdict.accept_index, ndim=2, dtypes=checks.INDEX_DTYPES)
@@ -213,7 +216,35 @@ def record_commit_values(*, num_slots, num_rows, slots, track_slots, src_rows, l
         record_invalid("commit_mamba_state", "src_rows", copies & ((rows < 0) | (rows >= num_rows)), rule=f"[0, {num_rows})")
 
 
+def _index_vector_ok(value, length: int, device) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype in _INDEX_DTYPES and value.shape == (length,) and value.device == device
+
+
+def _scatter_ok(dst, src, dst_slots, src_steps) -> bool:
+    """``check_scatter_mamba_state``'s common call (no src_rows) in a few comparisons: a
+    contiguous pool and scratch (so trailing-contiguous, and the pool has no overlapping
+    elements) of one state dtype and device, and two index vectors of one length <= the
+    scratch's rows. Anything else goes to the detailed checks, which name the argument."""
+    if not (isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor) and dst.is_contiguous() and src.is_contiguous()):
+        return False
+    dtype, device, shape, src_shape = dst.dtype, dst.device, dst.shape, src.shape
+    if dtype not in _STATE_DTYPES or src.dtype != dtype or src.device != device or dst.is_meta:
+        return False
+    if len(shape) < 2 or len(src_shape) != len(shape) + 1 or src_shape[0] != shape[0] or src_shape[3:] != shape[2:]:
+        return False
+    if not isinstance(dst_slots, torch.Tensor) or len(dst_slots.shape) != 1:
+        return False
+    requests = dst_slots.shape[0]
+    return requests <= src_shape[1] and _index_vector_ok(dst_slots, requests, device) and _index_vector_ok(src_steps, requests, device)
+
+
+_STATE_DTYPES = frozenset(STATE_DTYPES)
+_INDEX_DTYPES = frozenset(checks.INDEX_DTYPES)
+
+
 def check_scatter_mamba_state(*, dst, src, dst_slots, src_steps, src_rows=None) -> None:
+    if src_rows is None and not value_checks_enabled() and _scatter_ok(dst, src, dst_slots, src_steps):
+        return
     _check_state_pair("dst", dst, "src", src)
     requests = _check_request_vectors(("dst_slots", "src_steps", "src_rows"), (dst_slots, src_steps, src_rows), None, dst.device)
     if src_rows is None and requests > src.shape[1]:

@@ -90,6 +90,9 @@ WEIGHT_BITS = 39  # the max token weighs 2^39; V <= 2^23 keeps every sum below 2
 LEVEL_MAX = (WEIGHT_BITS + 1) << LEVEL_BITS  # a level whose weight is 0
 LOG2E_SCALED = float(torch.tensor(1.4426950408889634 * (1 << LEVEL_BITS), dtype=torch.float32))
 ID_BITS = 23  # ids fit in 23 bits (verify.MAX_VOCAB)
+# top_p <= 0 (invalid; the default mode applies a rule): the smallest nucleus, the tokens of the
+# top level alone (their heavier mass is 0 < MIN_TOP_P * total; any other token's is >= 1).
+MIN_TOP_P = 2.0**-100
 PURPOSE_ACCEPT = 1
 PURPOSE_FINAL = 2
 LOGPROB_MODES = ("raw", "processed")
@@ -154,7 +157,9 @@ def _check_param(name: str, value, rows: int, device, *, low: float, high: float
     if isinstance(value, torch.Tensor):
         dtypes = checks.INDEX_DTYPES if integer else (torch.float32,)
         checks.tensor(name, value, dtypes=dtypes, device=device, shape=(rows,))
-        if value.device.type == "cpu" or verify_value_checks():
+        # Values only in checked mode, on every device: the default mode applies row_params's
+        # rules (and a cpu tensor would otherwise raise where a device tensor applies them).
+        if verify_value_checks():
             bad = ~((value > low) if low_open else (value >= low)) | ~(value <= high)
             if bool(bad.any()):
                 raise checks.InvalidInput(name, f"values in {'(' if low_open else '['}{low}, {high}]", value[bad][:4].tolist())
@@ -297,6 +302,7 @@ def row_params(count: int, vocab: int, device, temperature, top_k, top_p, min_p)
     top_k = torch.where((top_k > 0) & (top_k < vocab), top_k, torch.zeros_like(top_k))
     top_p = _as_tensor(top_p, count, torch.float32, device).to(torch.float64)
     top_p = torch.where(top_p < 1, top_p, torch.ones_like(top_p))  # NaN: off
+    top_p = torch.where(top_p > 0, top_p, torch.full_like(top_p, MIN_TOP_P))  # <= 0: the top token alone
     min_p = _as_tensor(min_p, count, torch.float32, device).to(torch.float64)
     min_p = torch.where(min_p > 0, torch.where(min_p < 1, min_p, torch.ones_like(min_p)), torch.zeros_like(min_p))
     min_weight = torch.ceil(min_p * float(2**WEIGHT_BITS)).to(torch.int64)

@@ -36,7 +36,26 @@ MAX_TOPK = 16
 FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
+def _common_call_ok(logits, k, token_map) -> bool:
+    """The common call (no mask, no out=) in a few comparisons: float (bs, V) logits with data,
+    an int k in [1, min(V, MAX_TOPK)], and no token_map or a (V,) int32/int64 one on the logits'
+    device. Anything else goes to the detailed checks, which name the argument."""
+    if type(k) is not int or not isinstance(logits, torch.Tensor) or logits.dtype not in _FLOAT_DTYPES or logits.is_meta:
+        return False
+    shape = logits.shape
+    if len(shape) != 2 or not 1 <= k <= min(shape[1], MAX_TOPK):
+        return False
+    return token_map is None or (isinstance(token_map, torch.Tensor) and token_map.dtype in _INDEX_DTYPES
+                                 and token_map.shape == shape[1:] and token_map.device == logits.device)
+
+
+_FLOAT_DTYPES = frozenset(checks.FLOAT_DTYPES)
+_INDEX_DTYPES = frozenset(checks.INDEX_DTYPES)
+
+
 def check_draft_topk(logits, k, *, token_map=None, token_bitmask=None, bitmask_index=None, out=None) -> None:
+    if token_bitmask is None and bitmask_index is None and out is None and _common_call_ok(logits, k, token_map):
+        return
     checks.tensor("logits", logits, ndim=2, dtypes=checks.FLOAT_DTYPES)
     vocab = logits.shape[1]
     if vocab == 0:

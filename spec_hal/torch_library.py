@@ -189,7 +189,7 @@ class Param:
     def schema_args(self, alias: Callable[[], str]) -> list[str]:
         if self.kind in ("tensor", "opt_tensor", "tensor_list"):
             mark = f"({alias()}!)" if self.mutable else ""
-            base = {"tensor": f"Tensor{mark}", "opt_tensor": "Tensor?", "tensor_list": f"Tensor{mark}[]"}[self.kind]
+            base = {"tensor": f"Tensor{mark}", "opt_tensor": f"Tensor{mark}?", "tensor_list": f"Tensor{mark}[]"}[self.kind]
             return [f"{base} {self.name}"]
         if self.kind == "scalar":
             return [f"{self.schema_type} {self.name}"]

@@ -228,7 +228,35 @@ def tree_num_steps(parent_columns: int, topk: int) -> int:
     return 1 if parent_columns <= 1 else (parent_columns - 1) // topk + 1
 
 
+def _index_tensor_ok(value, ndim: int, device) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype in _INDEX_DTYPES and len(value.shape) == ndim and value.device == device
+
+
+def _build_tree_ok(roots, parents, selected, draft_tokens, seq_lens, topk, mask_mode) -> bool:
+    """``check_build_tree``'s common call (no seq_lens_sum) in a few comparisons; False sends the
+    caller to the detailed checks, which name the argument."""
+    if type(topk) is not int or not 1 <= topk <= MAX_TREE_TOPK or not isinstance(roots, torch.Tensor) or roots.is_meta:
+        return False
+    device = roots.device
+    if not (roots.dtype in _INDEX_DTYPES and len(roots.shape) == 1 and _index_tensor_ok(parents, 2, device)
+            and _index_tensor_ok(selected, 2, device) and _index_tensor_ok(draft_tokens, 2, device) and _index_tensor_ok(seq_lens, 1, device)):
+        return False
+    bs, drafts, parent_columns = roots.shape[0], selected.shape[1], parents.shape[1]
+    if parents.shape[0] != bs or selected.shape[0] != bs or draft_tokens.shape != selected.shape or seq_lens.shape[0] != bs:
+        return False
+    if parent_columns > 1 and (parent_columns - 1) % topk != 0:
+        return False
+    if drafts > _candidate_count(topk, tree_num_steps(parent_columns, topk)) or drafts + 1 > MAX_TREE_NODES:
+        return False
+    return mask_mode in MASK_MODES and (mask_mode != "bitpacked" or drafts + 1 <= MAX_BITPACKED_NODES)
+
+
+_INDEX_DTYPES = frozenset(checks.INDEX_DTYPES)
+
+
 def check_build_tree(roots, parents, selected, draft_tokens, seq_lens, *, topk, mask_mode="qlen", seq_lens_sum=None) -> None:
+    if seq_lens_sum is None and not value_checks_enabled() and _build_tree_ok(roots, parents, selected, draft_tokens, seq_lens, topk, mask_mode):
+        return
     checks.tensor("roots", roots, ndim=1, dtypes=checks.INDEX_DTYPES)
     bs = roots.shape[0]
     device = roots.device

@@ -251,8 +251,8 @@ def check_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmas
 
 
 def check_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
-                                out=None) -> None:
-    if (token_bitmask is None and bitmask_index is None and out is None and not checks.value_checks_enabled()
+                                passed_counts=None, out=None) -> None:
+    if (token_bitmask is None and bitmask_index is None and out is None and passed_counts is None and not checks.value_checks_enabled()
             and isinstance(draft_ids, torch.Tensor) and draft_ids.dim() == 2 and not draft_ids.is_meta
             and draft_ids.dtype in _INDEX_DTYPES):  # the common call: checked in a few comparisons (checked mode: below)
         shape, device = draft_ids.shape, draft_ids.device
@@ -270,6 +270,10 @@ def check_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, fin
     check_bitmask(token_bitmask, bitmask_index, rows=bs * (steps + 1), vocab=vocab, device=device)
     checks.tensor("coins", coins, dtypes=(torch.float32,), device=device, shape=(bs, steps))
     checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
+    if passed_counts is not None:
+        checks.tensor("passed_counts", passed_counts, dtypes=(torch.int32,), device=device, shape=(bs,))
+        if not passed_counts.is_contiguous():
+            raise checks.InvalidInput("passed_counts", "a contiguous tensor", f"strides {passed_counts.stride()}")
     _check_verdict_out(out, bs, steps + 1, steps + 1, device)
     if checks.value_checks_enabled():
         record_token_ids("verify_chain_sampling", "draft_ids", draft_ids, vocab)
@@ -443,7 +447,7 @@ def fake_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmask
 
 
 def fake_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
-                               out=None) -> Verdict:
+                               passed_counts=None, out=None) -> Verdict:
     bs, steps = draft_ids.shape
     return fake_verdict(draft_ids, bs, steps + 1, steps + 1)
 
@@ -611,7 +615,8 @@ def verify_chain(candidates: torch.Tensor, target_predict: torch.Tensor, *, toke
     return out[0], out[1]
 
 
-@register_op("verify_chain_sampling", family="verify", check=check_verify_chain_sampling, fake=fake_verify_chain_sampling)
+@register_op("verify_chain_sampling", family="verify", check=check_verify_chain_sampling, fake=fake_verify_chain_sampling,
+             mutates=("passed_counts",))
 def verify_chain_sampling(
     draft_ids: torch.Tensor,
     draft_probs: Optional[torch.Tensor],
@@ -621,6 +626,7 @@ def verify_chain_sampling(
     *,
     token_bitmask: Optional[torch.Tensor] = None,
     bitmask_index: Optional[torch.Tensor] = None,
+    passed_counts: Optional[torch.Tensor] = None,
     out: Optional[Verdict] = None,
 ) -> Verdict:
     """Chain rejection sampling with the true draft distribution q (P8).
@@ -636,6 +642,9 @@ def verify_chain_sampling(
         token_bitmask, bitmask_index: optional vocabulary mask per target row (rows b*(S+1) + s;
             spec_hal/masks.py): masked target probabilities count as 0, so a masked draft is
             never accepted and a masked token never emitted.
+        passed_counts: optional contiguous (bs,) int32 buffer, overwritten with the number of
+            steps whose test passes on its own, those after the first rejection included (an
+            acceptance-rate statistic: FlashInfer's ``output_accepted_token_num``).
         out: optional Verdict of contiguous int32 buffers (N = S+1 nodes per request).
 
     Returns:
@@ -661,6 +670,8 @@ def verify_chain_sampling(
     q_draft = torch.where(in_vocab, q.gather(2, safe_ids)[:, :, 0], torch.zeros(ids.shape, device=ids.device))
     accepted = sanitize_coins(coins) * q_draft < p_draft
     num_correct = accepted.to(torch.int64).cumprod(dim=1).sum(dim=1)
+    if passed_counts is not None:
+        passed_counts.copy_(accepted.sum(dim=1))
     rows = torch.arange(bs, device=ids.device)
     final_row = p[rows, num_correct]
     draft_row = q[rows, num_correct.clamp(max=max(steps - 1, 0))] if steps else torch.zeros_like(final_row)

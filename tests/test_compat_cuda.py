@@ -67,8 +67,8 @@ def test_flashinfer_drop_ins_equal_cpu():
     assert_same([cpu], [gpu])
 
 
-def test_vllm_greedy_and_fully_accepted_random_equal_cpu():
-    counts = [3, 0, 2, 1]
+@pytest.mark.parametrize("counts", [[3, 0, 2, 1], [3, 3, 3, 3]])  # equal counts: vLLM's rows read in place
+def test_vllm_greedy_and_fully_accepted_random_equal_cpu(counts):
     generator = torch.Generator().manual_seed(3)
     probs = torch.softmax(torch.randn(sum(counts), 50, generator=generator) * 3, -1)
     ids = torch.multinomial(probs, 1, generator=generator)[:, 0]

@@ -150,3 +150,32 @@ def test_sampling_from_probs_distribution():
     counts = torch.bincount(samples.long(), minlength=4).double()
     expected = probs[0].double() * 4000
     assert ((counts - expected).abs() <= 5 * (expected * (1 - probs[0].double())).sqrt()).all(), counts
+
+
+def test_top_k_renorm_int_k_equals_per_request_k(lane):
+    """A Python int k (the k-th value by torch.topk) and the same k per request (a full sort) keep
+    the same entries, ties at the k-th value included, and give the same values; k = 0 and k >= V
+    keep the row (and the hand-computed renormalisation of the kept entries)."""
+    generator = torch.Generator().manual_seed(4)
+    probs = torch.rand(6, 40, generator=generator).round(decimals=1)  # many exact ties
+    for k in (1, 3, 7, 39, 40, 0):
+        by_int = flashinfer.top_k_renorm_probs(probs, k)
+        by_tensor = flashinfer.top_k_renorm_probs(probs, torch.full((6,), k, dtype=torch.int64))
+        assert torch.equal(by_int, by_tensor), k
+        kth = probs.sort(dim=1, descending=True).values[:, max(k, 1) - 1:max(k, 1)] if 0 < k < 40 else torch.zeros(6, 1)
+        kept = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+        torch.testing.assert_close(by_int, kept / kept.sum(dim=1, keepdim=True), rtol=1e-6, atol=0)
+
+
+def test_renorms_keep_upstream_values_where_process_logits_would_not(lane):
+    """Why the renormalisations are not ``spec_hal.process_logits`` of the logs (docs/compat.md): of
+    two probabilities within 1/1024 of a halving, FlashInfer's top-1 keeps the larger (id 1 here),
+    process_logits the lower id; and its quantised weights move the renormalised values."""
+    import spec_hal
+
+    probs = torch.tensor([[0.3, 0.30001, 0.2, 0.19999]])
+    assert flashinfer.top_k_renorm_probs(probs, 1).tolist() == [[0.0, 1.0, 0.0, 0.0]]
+    assert spec_hal.process_logits(probs.log(), temperature=1.0, top_k=1).tolist() == [[1.0, 0.0, 0.0, 0.0]]
+    renormalised = flashinfer.top_k_renorm_probs(probs, 2)
+    torch.testing.assert_close(renormalised, torch.tensor([[0.3, 0.30001, 0.0, 0.0]]) / 0.60001, rtol=1e-6, atol=0)
+    assert not torch.equal(spec_hal.process_logits(probs.log(), temperature=1.0, top_k=2), renormalised)

@@ -121,12 +121,30 @@ def test_mixed_greedy_and_random_requests(lane):
     assert output[1].tolist() == expected_random(ids[2:], [2], draft_probs[2:], target_probs[2:], bonus[1:], [101])[0]
 
 
-def test_draft_equal_to_target_accepts_everything(lane):
-    counts = [2, 3, 1]
+@pytest.mark.parametrize("counts", [[2, 3, 1], [3, 3, 3]])
+def test_draft_equal_to_target_accepts_everything(lane, counts):
+    """Every draft passes, so every request emits its drafts then its bonus token (with equal
+    counts, each request's chain reads the next request's first row as its lane S)."""
     ids, draft_probs, _, bonus = random_case(counts, seed=9)
-    output = rejection_sample(ids, counts, 3, torch.tensor(counts).cumsum(0), draft_probs, draft_probs, bonus, metadata(torch.ones(3)))
-    expected = [[*ids[:2].tolist(), int(bonus[0]), PH], [*ids[2:5].tolist(), int(bonus[1])], [int(ids[5]), int(bonus[2]), PH, PH]]
+    width = max(counts) + 1
+    output = rejection_sample(ids, counts, width - 1, torch.tensor(counts).cumsum(0), draft_probs, draft_probs, bonus,
+                              metadata(torch.ones(len(counts))))
+    starts = [sum(counts[:r]) for r in range(len(counts))]
+    expected = [[*ids[s:s + c].tolist(), int(bonus[r])] + [PH] * (width - c - 1) for r, (s, c) in enumerate(zip(starts, counts))]
     assert output.tolist() == expected
+
+
+def test_uniform_counts_with_strided_inputs(lane):
+    """Equal counts take vLLM's rows without a copy: strided drafts, draft and target rows give
+    the per-request reference result."""
+    counts = [2, 2, 2, 2]
+    ids, draft_probs, target_probs, bonus = random_case(counts, seed=21)
+    seeds = [300 + r for r in range(len(counts))]
+    wide = lambda rows: torch.cat([rows, torch.full_like(rows, 0.5)], dim=1)[:, :VOCAB]  # row stride 2V
+    strided_ids = torch.stack([ids, ids], dim=1)[:, 0]
+    output = rejection_sample(strided_ids, counts, 2, torch.tensor(counts).cumsum(0), wide(draft_probs), wide(target_probs), bonus,
+                              metadata(torch.ones(len(counts)), {r: torch.Generator().manual_seed(s) for r, s in enumerate(seeds)}))
+    assert output.tolist() == expected_random(ids, counts, draft_probs, target_probs, bonus, seeds)
 
 
 def test_empty_batch_and_bad_arguments(lane):

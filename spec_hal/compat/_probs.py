@@ -1,14 +1,18 @@
 """Probability processing shared by the compat modules: softmax with temperature, top-k and top-p
 renormalisation, and categorical sampling of probability rows.
 
-spec_hal has no native "processing" op on main yet. The sampling family of issue #13 (branch
-``sampling``) registers ``process_logits(logits, *, temperature, top_k, top_p, min_p)``; once it
-is merged these become calls to it: ``softmax_with_temperature(x, t)`` is
-``process_logits(x, temperature=t)``, and ``top_k_renorm(p, k)`` / ``top_p_renorm(p, q)`` are
-``process_logits(p.log(), temperature=1.0, top_k=k)`` / ``(..., top_p=q)`` (its quantised
-exponential and its top-k tie rule, ties to the lower id, then replace the rules below). Until
-then these are compat-owned pure-PyTorch functions: they run on the tensors' device for every
-backend, and they are their own reference. Sampling (``sample_rows``) is already native: it is
+The renormalisations and softmax are compat-owned PyTorch on purpose: spec_hal's native
+processing op, ``spec_hal.process_logits`` (spec_hal/sampling.py, kernels/sampling.py), cannot give
+FlashInfer's or sgl-kernel's results exactly. ``top_k_renorm(p, k)`` would be
+``process_logits(p.log(), temperature=1.0, top_k=k)``, but that op (a) quantises every weight to
+``2^39 * 2^(-level/1024)``, so each output differs from ``p_i / sum(kept)`` by up to 0.07%
+relative and entries more than 2^-40 below the row max become 0; (b) ranks top-k on those
+quantised levels with ties to the lower id, so of two probabilities within 1/1024 of a halving of
+each other the lower id wins even when it is smaller, and exactly k entries are kept where the
+upstream pivot search keeps every entry tied with the k-th; (c) cuts top-p on the quantised
+weights. ``softmax(x, T)`` would be ``process_logits(x, temperature=T)`` with the same
+quantisation. FlashInfer and sgl-kernel compute these in float32 without quantising, as below;
+docs/compat.md records the choice. Sampling (``sample_rows``) is native: it is
 ``spec_hal.verify_chain_sampling`` with zero draft tokens, whose final token is the exact
 integer inverse-CDF sample of the target row.
 
@@ -16,7 +20,8 @@ Semantics (tie rules chosen so that the kept set never depends on sort order):
 
 * ``top_k_renorm``: keep every entry ``>=`` the k-th largest value of its row (ties at the
   boundary are all kept), zero the rest, divide by the kept sum. ``k <= 0`` or ``k >= V`` keeps the
-  row whole (SGLang passes ``1 << 30`` for "no top-k").
+  row whole (SGLang passes ``1 << 30`` for "no top-k"). A Python int k finds the k-th value with
+  ``torch.topk`` (no full sort of the row).
 * ``top_p_renorm``: keep entry ``t`` iff the mass of the entries strictly larger than ``p_t`` is
   ``< top_p`` (the smallest top set whose mass reaches ``top_p``, ties at the boundary kept), zero
   the rest, divide by the kept sum. ``top_p >= 1`` keeps the row whole.
@@ -61,8 +66,11 @@ def _sorted(probs: torch.Tensor, name: str, value, dtype: torch.dtype):
 
 def top_k_renorm(probs: torch.Tensor, top_k: Union[torch.Tensor, int], *, name: str = "top_k") -> torch.Tensor:
     """(bs, V) float32: the top-k entries of each row renormalised (module docstring)."""
-    probs, k, ordered = _sorted(probs, name, top_k, torch.int64)
     vocab = probs.shape[1]
+    if isinstance(top_k, int) and not isinstance(top_k, bool) and 0 < top_k < vocab:
+        probs = probs.to(torch.float32)  # the k-th value without sorting the row
+        return _renormalise(probs, probs >= torch.topk(probs, top_k, dim=1).values[:, -1:])
+    probs, k, ordered = _sorted(probs, name, top_k, torch.int64)
     whole = (k <= 0) | (k >= vocab)
     kth = ordered.gather(1, (k.clamp(1, max(vocab, 1)) - 1))
     return _renormalise(probs, whole | (probs >= kth))
@@ -84,6 +92,8 @@ def softmax_with_temperature(logits: torch.Tensor, temperature: Union[torch.Tens
     values = logits.to(torch.float32)
     if temperature is None:
         return torch.softmax(values, dim=-1)
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+        return torch.softmax(values / float(temperature), dim=-1)  # no (bs, 1) tensor to build
     t = per_row("temperature", temperature, values.shape[0], values.device, torch.float32)
     return torch.softmax(values / t, dim=-1)
 

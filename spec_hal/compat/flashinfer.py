@@ -20,9 +20,11 @@ tensors' device. What differs (also in ``docs/compat.md``):
   FlashInfer uses float block scans. Chain acceptance is ``u * q < p`` (FlashInfer ``u < p / q``).
 * ``deterministic`` and ``enable_pdl`` are accepted and ignored (spec_hal is always
   deterministic; launch attributes are the backend's business).
-* top-k/top-p renormalisation keeps every entry tied with the boundary value (see
-  ``spec_hal/compat/_probs.py``); they are compat-owned PyTorch code until spec_hal's sampling
-  family provides a native processing op.
+* ``chain_speculative_sampling``'s accepted count (each draft's test on its own) is the native
+  op's ``passed_counts`` output; the emitted count is its ``num_correct``.
+* top-k/top-p renormalisation keeps every entry tied with the boundary value; it and softmax are
+  compat-owned PyTorch, because ``spec_hal.process_logits`` quantises its weights and ranks top-k
+  by quantised level (``spec_hal/compat/_probs.py``, ``docs/compat.md``).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import torch
 
 from .. import checks
 from ..errors import InvalidInput
-from ..verify import sanitize_coins, sanitize_probs
+from ..verify import sanitize_probs
 from . import _probs
 
 Number = Union[int, float]
@@ -108,32 +110,20 @@ def chain_speculative_sampling(
             checks.tensor(name, value, dtypes=(torch.int32,), device=device, shape=(bs,))
     if uniform_samples is not None:
         checks.tensor("uniform_samples", uniform_samples, dtypes=(torch.float32,), device=device, shape=(bs, steps + 1))
-        coins, final_coins = sanitize_coins(uniform_samples[:, :steps]), uniform_samples[:, steps].contiguous()
+        coins, final_coins = uniform_samples[:, :steps].contiguous(), uniform_samples[:, steps].contiguous()
     else:  # one draw: the step coins (bs, S) then the final coins (bs,), both contiguous views
         uniforms = _probs.draw_uniform((bs * (steps + 1),), device, _generator_for(device, generator, seed, offset))
         coins, final_coins = uniforms[:bs * steps].view(bs, steps), uniforms[bs * steps:]
-    verdict = spec_hal.verify_chain_sampling(draft_token_ids, draft_probs, target_probs, coins, final_coins)
-    accepted = _independent_accepts(draft_token_ids, draft_probs, target_probs, coins)
-    emitted = verdict.num_correct
+    # FlashInfer's accepted count (each draft's test on its own) comes from the native kernel,
+    # which decides every step anyway: written into a fresh buffer, added to the caller's.
+    passed = torch.empty((bs,), dtype=torch.int32, device=device)
+    verdict = spec_hal.verify_chain_sampling(draft_token_ids, draft_probs, target_probs, coins, final_coins, passed_counts=passed)
+    accepted, emitted = passed, verdict.num_correct
     if maybe_output_accepted_token_num is not None:
-        accepted = maybe_output_accepted_token_num.add_(accepted)
+        accepted = maybe_output_accepted_token_num.add_(passed)
     if maybe_output_emitted_draft_token_num is not None:
         emitted = maybe_output_emitted_draft_token_num.add_(emitted)
     return verdict.predict.view(bs, steps + 1), accepted, emitted
-
-
-def _independent_accepts(draft_token_ids, draft_probs, target_probs, coins) -> torch.Tensor:
-    """(bs,) int32: drafts passing ``u * q(x) < p(x)`` each on its own (FlashInfer's accepted count),
-    as the native op decides each step: q sanitised (NaN and negatives as 0, above 1 as 1), ids
-    outside [0, V) never pass. ``coins`` are sanitised (in [0, 1)); p needs no sanitising then
-    (NaN, 0 and negatives fail the test either way; above 1 passes it either way)."""
-    vocab = draft_probs.shape[2]
-    ids = draft_token_ids if draft_token_ids.dtype == torch.int64 else draft_token_ids.to(torch.int64)
-    safe = ids.clamp(0, vocab - 1)[:, :, None]
-    q = torch.nan_to_num(draft_probs.gather(2, safe), nan=0.0).clamp_(0.0, 1.0)
-    p = target_probs.gather(2, safe)  # (bs, S, 1): the rows of the S drafts
-    passed = (coins[:, :, None] * q < p) & (safe == ids[:, :, None])
-    return passed.sum(dim=(1, 2), dtype=torch.int32)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -24,14 +24,17 @@ What differs (also in ``docs/compat.md``):
 * Layout: greedy requests go through the native ragged op ``spec_hal.verify_chain_ragged``
   (its T + bs target rows are vLLM's argmax rows with each request's bonus token in its bonus
   row, so its padded verdict is vLLM's output as it stands). Random requests go through
-  ``spec_hal.verify_chain_sampling`` over the padded layout: one ``index_select`` of the target
-  rows (and of the draft rows unless every request has ``max_spec_len`` drafts), the gather that
-  ``verify_chain_sampling_ragged`` does too (the ragged op itself cannot take vLLM's rows: it wants
-  T + bs target rows, a bonus row per request, and vLLM passes T). The padded layout is computed
-  on the host from the host list ``num_draft_tokens`` (vectorised, one pinned non-blocking copy)
-  and cached per count pattern (``LAYOUT_CACHE_SIZE`` patterns), so a repeated pattern costs no
-  copy; ``cu_num_draft_tokens`` is checked for shape and dtype only. The first call with a
-  pattern must not be inside a CUDA graph capture (the copy's pinned source would not outlive it).
+  ``spec_hal.verify_chain_sampling``. When every request has ``max_spec_len`` drafts, vLLM's
+  rows are read in place: request b's chain is a strided (S+1, V) view from its first row, whose
+  lane S (read only when all S drafts pass, then replaced by the bonus token) is request b+1's
+  first row; the last request runs as a second call on a copy of its rows. With mixed counts,
+  one ``index_select`` of the target and draft rows into the padded layout (the gather that
+  ``verify_chain_sampling_ragged`` does too; that op wants T + bs target rows, vLLM passes T).
+  The padded layout is computed on the host from the host list ``num_draft_tokens`` (vectorised,
+  one pinned non-blocking copy) and cached per count pattern (``LAYOUT_CACHE_SIZE`` patterns),
+  so a repeated pattern costs no copy; ``cu_num_draft_tokens`` is checked for shape and dtype
+  only. The first call with a pattern must not be inside a CUDA graph capture (the copy's pinned
+  source would not outlive it).
 * Coins: one float32 draw of ``bs * (max_spec_len + 1)`` uniforms covers the unseeded requests'
   step and final coins (vLLM draws float64 uniforms over the flat drafts); a seeded request's step
   coins are its generator's float64 draws over its drafts, exactly as vLLM's
@@ -48,6 +51,8 @@ import torch
 
 from .. import checks
 from ..errors import InvalidInput
+from ..types import Verdict
+from ..verify import verdict_buffers
 
 PLACEHOLDER_TOKEN_ID = -1
 GREEDY_TEMPERATURE = 0  # vLLM >= 7f6fc1c; older releases marked greedy requests with -1
@@ -179,7 +184,7 @@ def rejection_sample(
         output[:, 0] = bonus_token_ids.reshape(bs).to(torch.int32)
         return output
     layout = _layout(num_draft_tokens, max_spec_len, device)
-    bonus = bonus_token_ids.reshape(bs).to(torch.int64)
+    bonus = bonus_token_ids.reshape(bs)  # the caller's int dtype: cast once where it is used
     greedy = None
     if not sampling_metadata.all_random:
         greedy = _greedy(draft_token_ids, target_probs, bonus, layout, max_spec_len)
@@ -204,22 +209,59 @@ def _greedy(draft_token_ids, target_probs, bonus, layout: _Layout, max_spec_len:
 
 
 def _random(draft_token_ids, draft_probs, target_probs, bonus, layout: _Layout, num_draft_tokens, generators: dict) -> torch.Tensor:
-    """Random requests (native ``verify_chain_sampling`` over the padded layout); the final token
-    of a fully accepted chain is replaced by the bonus token."""
+    """Random requests (native ``verify_chain_sampling``); the final token of a fully accepted chain
+    is replaced by the bonus token."""
+    bs, steps = layout.draft_rows.shape
+    coins, final_coins = _coins(layout, num_draft_tokens, generators, target_probs.device)
+    if all(count == steps for count in num_draft_tokens):  # host list: every request has S drafts
+        verdict = _sample_uniform(draft_token_ids, draft_probs, target_probs, coins, final_coins, layout)
+    else:
+        verdict = _sample_padded(draft_token_ids, draft_probs, target_probs, coins, final_coins, layout)
+    predict = verdict.predict.view(bs, steps + 1)
+    bonus_lane = layout.count_lane == verdict.num_correct[:, None]  # lane c_b when all c_b drafts were accepted
+    return torch.where(bonus_lane, bonus.to(torch.int32)[:, None], predict)
+
+
+def _sample_uniform(draft_token_ids, draft_probs, target_probs, coins, final_coins, layout: _Layout):
+    """Every request has S drafts: no copy of vLLM's rows. Request b's chain is a (S+1, V) view
+    starting at its first row, so its lane S (read only when all S drafts pass, and then replaced
+    by the bonus token) is request b+1's first row. The last request has no row after its own, so
+    it runs as a second call on a copy of its S rows plus one (any) row."""
+    import spec_hal
+
+    (bs, steps), vocab = layout.draft_rows.shape, target_probs.shape[1]
+    drafts = draft_token_ids.reshape(bs, steps)
+    target = target_probs.to(torch.float32)
+    draft = None if draft_probs is None else draft_probs.to(torch.float32).reshape(bs, steps, vocab)
+    row, width = target.stride(0), steps + 1
+    verdict = verdict_buffers(bs, width, width, target.device)
+    head = bs - 1
+    if head:
+        chains = target.as_strided((head, width, vocab), (steps * row, row, target.stride(1)))
+        spec_hal.verify_chain_sampling(drafts[:head], None if draft is None else draft[:head], chains, coins[:head], final_coins[:head],
+                                       out=_verdict_slice(verdict, 0, head, width))
+    last_chain = target.index_select(0, layout.target_rows[head])[None]  # its S rows, then its first row again
+    spec_hal.verify_chain_sampling(drafts[head:], None if draft is None else draft[head:], last_chain,
+                                   coins[head:], final_coins[head:], out=_verdict_slice(verdict, head, bs, width))
+    return verdict
+
+
+def _verdict_slice(verdict, start: int, end: int, width: int):
+    """Requests [start, end) of a Verdict of contiguous buffers (contiguous views)."""
+    return Verdict(verdict.predict[start * width:end * width], verdict.accept_index[start:end], verdict.num_correct[start:end],
+                   verdict.accept_lens[start:end])
+
+
+def _sample_padded(draft_token_ids, draft_probs, target_probs, coins, final_coins, layout: _Layout):
+    """Mixed draft counts: one ``index_select`` of the target rows and of the draft rows into the
+    padded layout (what ``verify_chain_sampling_ragged`` gathers too), then one native call."""
     import spec_hal
 
     bs, steps = layout.draft_rows.shape
     vocab = target_probs.shape[1]
-    uniform = all(count == steps for count in num_draft_tokens)  # host list: every slot holds a draft
-    drafts = draft_token_ids.reshape(bs, steps) if uniform else \
-        torch.where(layout.valid, draft_token_ids[layout.draft_rows], PLACEHOLDER_TOKEN_ID)
+    drafts = torch.where(layout.valid, draft_token_ids[layout.draft_rows], PLACEHOLDER_TOKEN_ID)
     target = target_probs.to(torch.float32).index_select(0, layout.target_rows.view(-1)).view(bs, steps + 1, vocab)
     draft = None
     if draft_probs is not None:
-        draft = draft_probs.to(torch.float32)
-        draft = draft.view(bs, steps, vocab) if uniform else draft.index_select(0, layout.draft_rows.view(-1)).view(bs, steps, vocab)
-    coins, final_coins = _coins(layout, num_draft_tokens, generators, target_probs.device)
-    verdict = spec_hal.verify_chain_sampling(drafts, draft, target, coins, final_coins)
-    predict = verdict.predict.view(bs, steps + 1)
-    bonus_lane = layout.count_lane == verdict.num_correct[:, None]  # lane c_b when all c_b drafts were accepted
-    return torch.where(bonus_lane, bonus.to(torch.int32)[:, None], predict)
+        draft = draft_probs.to(torch.float32).index_select(0, layout.draft_rows.view(-1)).view(bs, steps, vocab)
+    return spec_hal.verify_chain_sampling(drafts, draft, target, coins, final_coins)

@@ -11,8 +11,10 @@ mutated call on a backend and on the reference (cpu clones) and classifies it. A
   identical in-place effects and identical error-flag records; outputs written through ``out=``
   into canary buffers keep their canaries; the inputs equal their clones afterwards.
 
-Anything else raises :class:`SweepFailure` (the conformance case fails; the sweep script
-``scripts/reliability_sweep.py`` counts it). A crash of the process is a failure by itself.
+Anything else raises :class:`SweepFailure` with its category (``CATEGORIES``: crash, out-of-range
+access, silent cross-request write, backend disagreement); the conformance case fails, and the
+sweep script ``scripts/reliability_sweep.py`` counts it per category. A crash of the process is a
+failure by itself (the script runs the cases in a worker process and counts a death as a crash).
 """
 from __future__ import annotations
 
@@ -29,11 +31,25 @@ from spec_hal.conformance.trees import random_tree
 from spec_hal.conformance.verdicts import random_round
 from spec_hal.errors import InvalidInput
 from spec_hal.registry import op_spec
-from spec_hal.types import DraftTree, Verdict
+from spec_hal.types import DraftTree, TreeRecord, Verdict
+
+
+# What a failure is, in the categories of issue #21's sweep (scripts/reliability_sweep.py counts
+# them; a process that dies is a crash too, counted by the script that ran it).
+CRASH = "crash"  # an exception other than InvalidInput, on the reference or the backend
+OUT_OF_RANGE = "out-of-range access"  # an out= canary overwritten
+CROSS_REQUEST_WRITE = "silent cross-request write"  # in-place state or an input differs from the reference's
+DISAGREEMENT = "backend disagreement"  # another outcome, answer, InvalidInput argument or error-flag record
+CATEGORIES = (CRASH, OUT_OF_RANGE, CROSS_REQUEST_WRITE, DISAGREEMENT)
 
 
 class SweepFailure(AssertionError):
-    """A forbidden outcome: crash of the op, wrong answer, mutated input, broken canary."""
+    """A forbidden outcome: crash of the op, wrong answer, mutated input, broken canary;
+    ``category`` is one of :data:`CATEGORIES`."""
+
+    def __init__(self, message: str, category: str = DISAGREEMENT):
+        super().__init__(message)
+        self.category = category
 
 
 @dataclass
@@ -188,6 +204,61 @@ def _verify_chain_sampling_ragged() -> Call:
         ("draft_tokens", "num_draft_tokens", "draft_probs", "target_probs", "coins", "final_coins"), has_out=True)
 
 
+def _organize_draft() -> Call:
+    """Three steps of K = 2 (10 candidates), N = 6."""
+    generator = _generator(19)
+    widths = (2, 4, 4)
+    parents = (torch.tensor([[-1, 0, 1]] * 2), torch.tensor([[0, 1], [1, 0]]), torch.tensor([[2, 4], [3, 5]]))
+    records = [TreeRecord(torch.rand(2, width, generator=generator), torch.randint(0, 99, (2, width), generator=generator), parent)
+               for width, parent in zip(widths, parents)]
+    return Call("organize_draft", {"records": records, "num_draft_tokens": 6}, ("records", "num_draft_tokens"))
+
+
+def _sampling_params() -> dict:
+    """Per-request processing parameters of 3 requests: sampled with every filter, greedy, sampled
+    with other values (a kernel that reads a strided or expanded parameter as contiguous gives
+    the last request another request's or the buffer's value)."""
+    return {"temperature": torch.tensor([0.7, 0.0, 1.3]), "top_k": torch.tensor([5, 0, 3]), "top_p": torch.tensor([0.9, 1.0, 0.6]),
+            "min_p": torch.tensor([0.05, 0.0, 0.1])}
+
+
+def _process_logits() -> Call:
+    logits = torch.randn(3, 30, generator=_generator(20)) * 3
+    return Call("process_logits", {"logits": logits, **_sampling_params()}, ("logits",), has_out=True)
+
+
+def _verify_tree_sampling() -> Call:
+    """A masked walk: each of the 12 target rows under bitmask row 0 or 1, or unconstrained (-1)."""
+    tree, candidates = random_tree(2, 6, 3, seed=21, vocab=20)
+    generator = _generator(21)
+    bits = torch.randint(-2**31, 2**31, (2, 1), generator=generator, dtype=torch.int64).to(torch.int32)
+    return Call("verify_tree_sampling", {
+        "tree": tree, "candidates": candidates, "draft_probs": torch.softmax(torch.randn(2, 6, 20, generator=generator), dim=-1),
+        "target_probs": torch.softmax(torch.randn(2, 6, 20, generator=generator), dim=-1), "coins": torch.rand(2, 6, generator=generator),
+        "final_coins": torch.rand(2, generator=generator), "token_bitmask": bits,
+        "bitmask_index": torch.tensor([1, 1, 0, -1, 1, 0, -1, -1, 1, 0, -1, 1])},
+        ("tree", "candidates", "draft_probs", "target_probs", "coins", "final_coins"), has_out=True)
+
+
+def _verify_sampling_from_logits() -> Call:
+    tree, candidates = random_tree(3, 6, 3, seed=22, vocab=30)
+    generator = _generator(22)
+    return Call("verify_sampling_from_logits", {
+        "tree": tree, "candidates": candidates, "target_logits": torch.randn(18, 30, generator=generator) * 3, **_sampling_params(),
+        "seed": torch.tensor([11, -2**62, 5]), "offset": torch.tensor([0, 2**40, 7]), "logprobs": "processed", "top_logprobs": 2},
+        ("tree", "candidates", "target_logits"))
+
+
+def _verify_chain_sampling_from_logits() -> Call:
+    generator = _generator(23)
+    return Call("verify_chain_sampling_from_logits", {
+        "draft_ids": torch.randint(0, 30, (3, 3), generator=generator),
+        "draft_probs": torch.softmax(torch.randn(3, 3, 30, generator=generator), dim=-1),
+        "target_logits": torch.randn(12, 30, generator=generator) * 3, **_sampling_params(),
+        "coins": torch.rand(3, 3, generator=generator), "final_coins": torch.rand(3, generator=generator), "logprobs": "raw"},
+        ("draft_ids", "draft_probs", "target_logits"))
+
+
 BASELINES: dict[str, Callable[[], Call]] = {
     "draft_topk": _draft_topk, "verify_greedy": _verify_greedy, "verify_sampling": _verify_sampling,
     "verify_chain": _verify_chain, "verify_chain_sampling": _verify_chain_sampling, "bonus_tokens": _bonus_tokens,
@@ -196,6 +267,8 @@ BASELINES: dict[str, Callable[[], Call]] = {
     "mamba_commit_steps": _mamba_commit_steps, "scatter_mamba_state": _scatter_mamba_state,
     "commit_mamba_state": _commit_mamba_state, "apply_token_bitmask_": _apply_token_bitmask_,
     "verify_chain_ragged": _verify_chain_ragged, "verify_chain_sampling_ragged": _verify_chain_sampling_ragged,
+    "organize_draft": _organize_draft, "process_logits": _process_logits, "verify_tree_sampling": _verify_tree_sampling,
+    "verify_sampling_from_logits": _verify_sampling_from_logits, "verify_chain_sampling_from_logits": _verify_chain_sampling_from_logits,
 }
 
 
@@ -271,36 +344,59 @@ def _fields(value) -> list[str]:
     return [field.name for field in dataclasses.fields(value) if isinstance(getattr(value, field.name), torch.Tensor)]
 
 
+def _is_record(value) -> bool:
+    """A Verdict, DraftTree or TreeRecord: an argument whose tensor fields are mutated too."""
+    return isinstance(value, (Verdict, DraftTree, TreeRecord))
+
+
 def arguments(call: Call) -> list[str]:
-    """Mutable argument names of a call, Verdict/DraftTree fields as ``name.field``."""
+    """Mutable argument names of a call: Verdict/DraftTree fields as ``name.field``, list items
+    as ``name[i]`` and the fields of a TreeRecord item as ``name[i].field``."""
     names = []
     for name, value in call.args.items():
-        if isinstance(value, (Verdict, DraftTree)):
-            names.append(name)
+        names.append(name)
+        if _is_record(value):
             names.extend(f"{name}.{field}" for field in _fields(value))
         elif isinstance(value, list):
-            names.append(name)
-            names.extend(f"{name}[{index}]" for index in range(len(value)))
-        else:
-            names.append(name)
+            for index, item in enumerate(value):
+                names.append(f"{name}[{index}]")
+                if _is_record(item):
+                    names.extend(f"{name}[{index}].{field}" for field in _fields(item))
     return names
 
 
+def _parse(argument: str) -> tuple[str, Optional[int], Optional[str]]:
+    """``name``, ``name.field``, ``name[i]`` or ``name[i].field`` -> (name, i, field)."""
+    path, _, field = argument.partition(".")
+    name, _, index = path.partition("[")
+    return name, int(index[:-1]) if index else None, field or None
+
+
 def _get(call: Call, argument: str):
-    if "[" in argument:
-        name, index = argument[:-1].split("[")
-        return call.args[name][int(index)]
-    if "." in argument:
-        name, field = argument.split(".", 1)
-        return getattr(call.args[name], field)
-    return call.args[argument]
+    name, index, field = _parse(argument)
+    value = call.args[name] if index is None else call.args[name][index]
+    return value if field is None else getattr(value, field)
+
+
+def _replaced(args: dict, argument: str, new_value) -> dict:
+    """A copy of a call's ``args`` with ``argument`` (any form of :func:`_parse`) replaced."""
+    name, index, field = _parse(argument)
+    args = dict(args)
+    item = args[name] if index is None else args[name][index]
+    item = new_value if field is None else dataclasses.replace(item, **{field: new_value})
+    if index is None:
+        args[name] = item
+    else:
+        args[name] = list(args[name])
+        args[name][index] = item
+    return args
 
 
 def mutations(call: Call, argument: str) -> dict[str, Callable[[], object]]:
     value = _get(call, argument)
     if isinstance(value, torch.Tensor):
         return tensor_mutations(value)
-    if isinstance(value, (Verdict, DraftTree)):
+    if _is_record(value):
         return {"None": lambda: None, "python scalar": lambda: 3}
     if isinstance(value, list):
         return {"None": lambda: None, "empty list": lambda: [], "tensor": lambda: value[0]}
@@ -311,18 +407,7 @@ def mutations(call: Call, argument: str) -> dict[str, Callable[[], object]]:
 
 def mutated(call: Call, argument: str, mutation: str) -> Call:
     new_value = mutations(call, argument)[mutation]()
-    args = dict(call.args)
-    if "[" in argument:
-        name, index = argument[:-1].split("[")
-        items = list(args[name])
-        items[int(index)] = new_value
-        args[name] = items
-    elif "." in argument:
-        name, field = argument.split(".", 1)
-        args[name] = dataclasses.replace(args[name], **{field: new_value})
-    else:
-        args[argument] = new_value
-    return dataclasses.replace(call, args=args)
+    return dataclasses.replace(call, args=_replaced(call.args, argument, new_value))
 
 
 def matrix(ops: Optional[list[str]] = None) -> list[tuple[str, str, str]]:
@@ -465,19 +550,23 @@ def _guarded_like(result):
     return None, []
 
 
-def outcome(backend, call: Call, label: str = "") -> str:
+def outcome(backend, call: Call, label: str = "", observed: Optional[dict] = None) -> str:
     """Run ``call`` on ``backend`` and on the reference; return the allowed outcome's name or
-    raise SweepFailure."""
+    raise SweepFailure. ``observed``, when given, receives the backend's ``flag`` records and,
+    when it returned, its ``result`` (contested slots removed) and in-place ``state``, so that
+    two backends' runs can be compared with each other (scripts/reliability_sweep.py)."""
     device = backend.device
     reference_args = _clone(call.args)
     kind, value, ref_flag = _run(_reference(call), call, reference_args, torch.device("cpu"))
     if kind == "error":
-        raise SweepFailure(f"{label}: the reference raised {type(value).__name__}: {value}")
+        raise SweepFailure(f"{label}: the reference raised {type(value).__name__}: {value}", CRASH)
     backend_args = _to(call.args, device)
     originals = _clone(backend_args)
     got_kind, got, got_flag = _run(getattr(backend, call.op), call, backend_args, device)
     if got_kind == "error":
-        raise SweepFailure(f"{label}: {backend.name} raised {type(got).__name__}: {got}")
+        raise SweepFailure(f"{label}: {backend.name} raised {type(got).__name__}: {got}", CRASH)
+    if observed is not None:
+        observed["flag"] = got_flag
     if kind != got_kind:
         raise SweepFailure(f"{label}: reference {kind} {value!r}, {backend.name} {got_kind} {got!r}")
     # A broken precondition: checked mode rejects it, and in the default mode which write wins
@@ -493,6 +582,10 @@ def outcome(backend, call: Call, label: str = "") -> str:
                                            _without_slots(value, contested, SLOT_DIMENSION[call.op]))
     else:
         got_returned, expected_returned = got, value
+    if observed is not None:
+        observed["result"] = got_returned
+        observed["state"] = [_without_slots(backend_args[name], contested, SLOT_DIMENSION[call.op]) if contested else backend_args[name]
+                             for name in call.in_place]
     if not _results_equal(got_returned, expected_returned):
         raise SweepFailure(f"{label}: {backend.name} returned a different answer from the reference")
     for name in call.args:
@@ -502,9 +595,9 @@ def outcome(backend, call: Call, label: str = "") -> str:
                 dim = SLOT_DIMENSION[call.op]
                 got_state, expected_state = _without_slots(got_state, contested, dim), _without_slots(expected_state, contested, dim)
             if not _results_equal(got_state, expected_state):
-                raise SweepFailure(f"{label}: in-place argument {name} differs from the reference's")
+                raise SweepFailure(f"{label}: in-place argument {name} differs from the reference's", CROSS_REQUEST_WRITE)
         elif not _results_equal(backend_args[name], originals[name], meta_equal=True):
-            raise SweepFailure(f"{label}: {backend.name} modified its input {name}")
+            raise SweepFailure(f"{label}: {backend.name} modified its input {name}", CROSS_REQUEST_WRITE)
     if got_flag != ref_flag:
         raise SweepFailure(f"{label}: error flag {got_flag} on {backend.name}, {ref_flag} on the reference")
     if call.has_out:
@@ -517,15 +610,15 @@ def outcome(backend, call: Call, label: str = "") -> str:
                 try:
                     guard.assert_intact(f"{label} out")
                 except AssertionError as exc:
-                    raise SweepFailure(str(exc)) from None
+                    raise SweepFailure(str(exc), OUT_OF_RANGE) from None
     if contested:
         return "reference answer, contested slots unspecified (duplicate destination)"
     return "reference answer" + (" (flagged)" if ref_flag else "")
 
 
-def run_case(backend, op: str, argument: str, mutation: str) -> str:
+def run_case(backend, op: str, argument: str, mutation: str, observed: Optional[dict] = None) -> str:
     call = mutated(BASELINES[op](), argument, mutation)
-    return outcome(backend, call, f"{op}({argument} = {mutation})")
+    return outcome(backend, call, f"{op}({argument} = {mutation})", observed)
 
 
 def integer_arguments(op: str) -> list[str]:
@@ -543,12 +636,7 @@ def run_value_case(backend, op: str, argument: str, position: int, number: int) 
     info = torch.iinfo(value.dtype)
     element = max(info.min, min(info.max, number))
     value.view(-1)[position % value.numel()] = element
-    args = dict(call.args)
-    if "." in argument:
-        name, field = argument.split(".", 1)
-        args[name] = dataclasses.replace(args[name], **{field: value})
-    else:
-        args[argument] = value
+    args = _replaced(call.args, argument, value)
     label = f"{op}({argument}[{position}] = {number})"
     return outcome(backend, dataclasses.replace(call, args=args), label)
 
@@ -605,5 +693,5 @@ def huge_sizes() -> list[tuple[str, Call]]:
     return calls
 
 
-__all__ = ["BASELINES", "Call", "SweepFailure", "arguments", "contested_slots", "huge_sizes", "integer_arguments", "matrix", "mutated", "mutations",
+__all__ = ["BASELINES", "CATEGORIES", "CRASH", "CROSS_REQUEST_WRITE", "Call", "DISAGREEMENT", "OUT_OF_RANGE", "SweepFailure", "arguments", "contested_slots", "huge_sizes", "integer_arguments", "matrix", "mutated", "mutations",
            "outcome", "run_case", "run_value_case"]

@@ -276,6 +276,13 @@ FOUND_BY_FUZZ = {
                                                            lambda: _with("verify_chain_sampling_ragged", draft_probs=lambda q: q[None])),
     "verify_chain_sampling_ragged target_probs (1, T + bs, V)": ("InvalidInput(target_probs)",
                                                                  lambda: _with("verify_chain_sampling_ragged", target_probs=lambda p: p[None])),
+    # The fused from-logits walk and the hash-coins kernel index per-request parameters and seeds
+    # by request: a strided or expanded one gave a request another request's (or no) value.
+    "verify_sampling_from_logits temperature expanded": ("reference answer",
+                                                         lambda: _with("verify_sampling_from_logits", temperature=_expanded)),
+    "verify_sampling_from_logits seed expanded": ("reference answer", lambda: _with("verify_sampling_from_logits", seed=_expanded)),
+    "verify_chain_sampling_from_logits top_k sliced (one-hot drafts)": (
+        "reference answer", lambda: _with("verify_chain_sampling_from_logits", draft_probs=None, top_k=_sliced)),
 }
 
 

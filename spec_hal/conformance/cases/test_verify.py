@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import spec_hal.verify as reference
+from spec_hal import error_flag
 from spec_hal.conformance.guards import assert_rejects, embedded_input, guarded_output, no_host_sync
 from spec_hal.conformance.inputs import logits_rows
 from spec_hal.conformance.trees import golden_tree, random_tree, replicate, tree_from_parents, tree_to
@@ -165,6 +166,35 @@ def test_verify_chain_sampling_golden(backend):
     assert verdict.num_correct.tolist() == [2, 0, 0, 0]
     assert verdict.predict.tolist() == [1, 2, 0, 3, -1, -1, 0, -1, -1, 0, -1, -1]
     assert verdict.accept_index.tolist() == [[0, 1, 2], [3, -1, -1], [6, -1, -1], [9, -1, -1]]
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling")
+@pytest.mark.parametrize("with_draft_probs", (True, False))
+def test_verify_chain_sampling_passed_counts(backend, with_draft_probs):
+    """``passed_counts``: every step's own test, past the first rejection too, on dirty inputs (NaN,
+    negative and > 1 probabilities, coins outside [0, 1), ids -1 and >= V); the verdict is unchanged."""
+    bs, steps, vocab = 6, 4, 9
+    generator = torch.Generator().manual_seed(11)
+    q = torch.rand(bs, steps, vocab, generator=generator) * 1.4 - 0.2
+    p = torch.rand(bs, steps + 1, vocab, generator=generator) * 1.4 - 0.2
+    q[0, 1], p[1, 2] = float("nan"), float("nan")
+    draft_ids = torch.randint(0, vocab, (bs, steps), generator=generator)
+    draft_ids[2, 0], draft_ids[3, 1] = -1, vocab
+    coins = torch.rand(bs, steps, generator=generator) * 1.2 - 0.1
+    coins[4, 2] = float("nan")
+    final_coins = torch.rand(bs, generator=generator)
+    q = q if with_draft_probs else None
+    device = backend.device
+    guard = guarded_output((bs,), torch.int32, device)
+    args = (draft_ids.to(device), None if q is None else q.to(device), p.to(device), coins.to(device), final_coins.to(device))
+    verdict = _call(backend, "verify_chain_sampling", *args, nodes=steps + 1, width=steps + 1, passed_counts=guard.tensor)
+    guard.assert_intact("passed_counts")
+    expected = torch.zeros(bs, dtype=torch.int32)
+    expected_verdict = reference.verify_chain_sampling(draft_ids, q, p, coins, final_coins, passed_counts=expected)
+    assert_same_verdict(verdict, expected_verdict)
+    assert guard.tensor.cpu().tolist() == expected.tolist()
+    assert_same_verdict(verdict, reference.verify_chain_sampling(draft_ids, q, p, coins, final_coins))
+    error_flag.pending_errors()  # the id V recorded by both calls: not this case's subject
 
 
 @pytest.mark.spec_hal_op("verify_chain")
