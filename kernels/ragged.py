@@ -5,11 +5,12 @@ runs over the T + bs flat target rows only, so a request with c_b drafts costs c
 max_drafts + 1; then ``_ragged_chain_greedy_kernel`` (grid: request blocks) merges each request's
 tiles at its rows r_b .. r_b + c_b, matches the drafts and writes the padded Verdict.
 
-``verify_chain_sampling_ragged``: the reference's gather into the padded layout
-(``spec_hal.ragged.padded_chain_sampling_inputs``), then ``verify_chain_sampling``'s kernel.
-A dedicated flat-layout kernel was written (branch s2-rkernels) but is not shipped: on the H100
-with Triton 3.6 its masked variants failed to compile (PassManager::run failed) and it did not
-record invalid draft ids in the error flag as the reference does.
+``verify_chain_sampling_ragged``: ``kernels/verify.py``'s ``_chain_sampling_kernel`` with
+``RAGGED``: it reads the (T + bs, V) target and (T, V) draft rows, the flat drafts and coins in
+place at each request's row starts (``spec_hal.ragged.chain_layout``), so no probability row is
+copied (the reference's gather into the padded layout ran ~5 passes over them). Lanes past a
+request's count are the padded layout's padding; invalid draft ids are recorded at their padded
+index, as the reference records them.
 """
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ import torch
 import triton
 import triton.language as tl
 
-from spec_hal.ragged import chain_layout, padded_chain_sampling_inputs
+from spec_hal.ragged import chain_layout
+from spec_hal import error_flag
 from spec_hal.types import Verdict
 
 from .launch import KernelTarget, runtime_specialized, cdiv
 from .masks import mask_row_base, token_allowed
-from .verify import MaskArgs, _merge_argmax, _pow2, _target_source, _verdict_buffers, verify_chain_sampling, walk_launch
+from .verify import (MaskArgs, _chain_sampling_kernel, _merge_argmax, _pow2, _target_source, _verdict_buffers, chain_sampling_constexprs,
+                     chain_sampling_signature, launch_chain_sampling, sampling_launch, walk_launch)
 
 
 @triton.jit
@@ -94,11 +97,26 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
                                  target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor, *, max_drafts: int,
                                  token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
                                  out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
-    """Triton provider of ``verify_chain_sampling_ragged``: the reference's gather, then the chain sampling kernel."""
-    drafts, q, p, step_coins, index = padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins,
-                                                                   max_drafts=max_drafts, token_bitmask=token_bitmask, bitmask_index=bitmask_index)
-    return verify_chain_sampling(drafts, q, p, step_coins, final_coins, token_bitmask=token_bitmask, bitmask_index=index, out=out,
-                                 target=target)
+    """Triton provider of ``verify_chain_sampling_ragged``: the chain sampling kernel reads the flat rows in place (RAGGED)."""
+    bs, total = num_draft_tokens.shape[0], draft_tokens.shape[0]
+    nodes = max_drafts + 1
+    out = _verdict_buffers(bs, nodes, nodes, draft_tokens.device, out)
+    if bs == 0:
+        return out
+    counts, starts = chain_layout(num_draft_tokens, max_drafts)
+    # The reference's padding past the flat end (counts that break the layout): at most
+    # T + bs - 1 - r_b drafts, and -1 where the root row itself is past the end (final token 0).
+    counts = torch.minimum(counts, total + bs - 1 - starts).clamp_(min=-1)
+    root_past_end = counts < 0
+    if total:
+        draft_tokens, coins = draft_tokens.contiguous(), coins.contiguous()
+    else:  # T = 0: every lane is padding; an empty tensor may have no address
+        draft_tokens, coins = counts, final_coins
+        draft_probs = target_probs if draft_probs is not None else None
+    launch_chain_sampling(draft_tokens, draft_probs, target_probs, coins, final_coins, steps=max_drafts, token_bitmask=token_bitmask,
+                          bitmask_index=bitmask_index, out=out, target=target, ragged=(counts, starts))
+    out.predict.view(bs, nodes)[:, 0].masked_fill_(root_past_end, 0)  # the padded zero row's token
+    return out
 
 
 def _warps(target: KernelTarget, config) -> int:
@@ -109,7 +127,7 @@ def _warps(target: KernelTarget, config) -> int:
 PROVIDERS = {
     "verify_chain_ragged": (verify_chain_ragged, "kernels/ragged.py: tile argmax over the flat rows + ragged prefix match"),
     "verify_chain_sampling_ragged": (verify_chain_sampling_ragged,
-                                     "kernels/ragged.py: gather into the padded layout + kernels/verify.py chain sampling"),
+                                     "kernels/verify.py chain sampling reading the flat rows in place (RAGGED)"),
 }
 
 
@@ -134,10 +152,40 @@ def compile_specs(target: KernelTarget):
                                                  values={"num_tiles": num_tiles if from_logits else 1, "num_drafts": bs * max_drafts // 2,
                                                          "total_rows": bs * max_drafts // 2 + bs, "num_masks": bs * nodes if has_mask else 0,
                                                          "mask_width": 4748 if has_mask else 0, "bs": bs, "max_drafts": max_drafts}))
+    specs += _chain_sampling_specs(target)
+    return specs
+
+
+def _chain_sampling_specs(target: KernelTarget) -> list:
+    """``_chain_sampling_kernel`` with RAGGED, as ``verify_chain_sampling_ragged`` launches it:
+    with and without draft probabilities, unmasked and (at the production shape) with a mask
+    without an index and with an int32/int64 index; int64 drafts, and int32 (vLLM's) once."""
+    specs = []
+    for bs, max_drafts, vocab, total in ((64, 5, 151936, 160), (1, 3, 32000, 1), (3, 3, 29, 5)):
+        nodes = max_drafts + 1
+        config = sampling_launch(target, bs, nodes, vocab)
+        masks = [("*i32", "*i32", False, False)]
+        if bs == 64:
+            masks += [("*i32", "*i32", True, False), ("*i32", "*i32", True, True), ("*i32", "*i64", True, True)]
+        drafts_types = ("*i64", "*i32") if bs == 64 else ("*i64",)
+        for drafts_type in drafts_types:
+            for mask_type, index_type, has_mask, has_index in masks if drafts_type == "*i64" else masks[:1]:
+                for has_draft_probs in (True, False):
+                    signature = {**chain_sampling_signature(drafts_type, "*i64"), "mask_ptr": mask_type, "index_ptr": index_type,
+                                 "num_masks": "i32", "mask_width": "i32", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr"}
+                    constexprs = {**chain_sampling_constexprs(config, nodes, ragged=True), "HAS_DRAFT_PROBS": has_draft_probs,
+                                  "HAS_MASK": has_mask, "HAS_INDEX": has_index}
+                    specs.append((_chain_sampling_kernel, signature, constexprs, config.warps))
+                    specs.append(runtime_specialized(target, _chain_sampling_kernel, signature, constexprs, config.warps, values={
+                        "stride_qb": 0, "stride_qn": vocab if has_draft_probs else 0, "stride_qv": 1 if has_draft_probs else 0,
+                        "stride_pb": 0, "stride_pn": vocab, "stride_pv": 1, "bs": bs, "steps": max_drafts, "vocab": vocab,
+                        "sums_width": config.sums_width, "tiles_per_chunk": config.tiles_per_chunk,
+                        "num_masks": total + bs if has_mask else 0, "mask_width": cdiv(vocab, 32) if has_mask else 0,
+                        "flag_code": error_flag.code("verify_chain_sampling", "draft_ids"), "num_drafts": total, "total_rows": total + bs}))
     return specs
 
 
 def describe_launch(target: KernelTarget) -> list[str]:
     config = walk_launch(target, 64, 6)
     return [f"verify_chain_ragged bs=64 S=5: argmax tiles over T + bs rows; match {config.requests} req/program, {config.warps} warps",
-            "verify_chain_sampling_ragged: gather into the padded layout, then verify_chain_sampling's launch"]
+            "verify_chain_sampling_ragged: verify_chain_sampling's launch (RAGGED: the flat rows read in place)"]

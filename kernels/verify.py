@@ -454,42 +454,79 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
 def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
                            coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
                            sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
-                           flag_ptr, flag_code, passed_ptr,
+                           flag_ptr, flag_code, passed_ptr, counts_ptr, starts_ptr, num_drafts, total_rows,
                            BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, NB_PAD: tl.constexpr,
                            SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr,
-                           COUNT_PASSED: tl.constexpr):
+                           COUNT_PASSED: tl.constexpr, RAGGED: tl.constexpr):
+    """RAGGED: the flat layout of spec_hal/ragged.py (``verify_chain_sampling_ragged``), read in
+    place: request b's target row j is flat row starts[b] + j, its draft j flat index
+    starts[b] - b + j (clamped into [0, T) as the reference's gather); lanes past counts[b] or
+    past the flat end are the padded layout's padding (draft -1, coin 0, q = 0); counts[b] = -1:
+    the root row is past the flat end (its final token is the caller's to set). Otherwise (and
+    for the error flag's index, b * S + j) the padded (bs, S) / (bs, S+1) layout."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)  # step s (0-based) drafts x_{s+1}; node k of the chain
     step_ok = req_ok[:, None] & (lanes[None, :] < steps)
     req64 = req.to(tl.int64)
-    drafts = tl.load(draft_ids_ptr + req64[:, None] * steps + lanes[None, :], mask=step_ok, other=-1).to(tl.int64)
+    padded = req64[:, None] * steps + lanes[None, :]  # the padded draft index
+    if RAGGED:
+        count = tl.load(counts_ptr + req, mask=req_ok, other=0).to(tl.int64)  # <= S; -1: root row past the flat end
+        first_row = tl.load(starts_ptr + req, mask=req_ok, other=0).to(tl.int64)
+        rows = first_row[:, None] + lanes[None, :]
+        draft_at = tl.minimum(tl.maximum(rows - req64[:, None], 0), num_drafts - 1)
+        step_ok = step_ok & (lanes[None, :] < count[:, None]) & (rows + 1 < total_rows) & (draft_at >= 0)  # draft_at -1 only when T = 0
+        p_rows = rows * stride_pn
+        q_rows = draft_at * stride_qn
+        mask_rows = rows
+    else:
+        draft_at = padded
+        p_rows = req64[:, None] * stride_pb + lanes[None, :].to(tl.int64) * stride_pn
+        q_rows = req64[:, None] * stride_qb + lanes[None, :].to(tl.int64) * stride_qn
+        mask_rows = req64[:, None] * (steps + 1) + lanes[None, :]
+    drafts = tl.load(draft_ids_ptr + draft_at, mask=step_ok, other=-1).to(tl.int64)
     draft_ok = step_ok & (drafts >= 0) & (drafts < vocab)
     record_invalid(flag_ptr, flag_code, (tl.program_id(1) == 0) & step_ok & ((drafts < -1) | (drafts >= vocab)),
-                   req64[:, None] * steps + lanes[None, :])  # spec_hal.verify.record_token_ids
-    p = _sanitize_probs(tl.load(probs_ptr + req64[:, None] * stride_pb + lanes[None, :].to(tl.int64) * stride_pn + drafts * stride_pv,
-                                mask=draft_ok, other=0.0))
-    if HAS_MASK:  # target row s is row b * (S + 1) + s of the mask index
-        base, constrained = mask_row_base(index_ptr, req64[:, None] * (steps + 1) + lanes[None, :], step_ok, num_masks, mask_width, HAS_INDEX)
+                   padded)  # spec_hal.verify.record_token_ids
+    p = _sanitize_probs(tl.load(probs_ptr + p_rows + drafts * stride_pv, mask=draft_ok, other=0.0))
+    if HAS_MASK:  # the draft at step s is checked at target row s
+        base, constrained = mask_row_base(index_ptr, mask_rows, step_ok, num_masks, mask_width, HAS_INDEX)
         p = tl.where(token_allowed(mask_ptr, base, constrained, drafts, draft_ok, mask_width), p, 0.0)
     if HAS_DRAFT_PROBS:
-        q = _sanitize_probs(tl.load(draft_probs_ptr + req64[:, None] * stride_qb + lanes[None, :].to(tl.int64) * stride_qn + drafts * stride_qv,
-                                    mask=draft_ok, other=0.0))
+        q = _sanitize_probs(tl.load(draft_probs_ptr + q_rows + drafts * stride_qv, mask=draft_ok, other=0.0))
     else:  # a deterministic draft: q is one-hot at the drafted token
         q = tl.where(draft_ok, 1.0, 0.0)
-    coins = _sanitize_coins(tl.load(coins_ptr + req64[:, None] * steps + lanes[None, :], mask=step_ok, other=0.0))
+    coins = _sanitize_coins(tl.load(coins_ptr + draft_at, mask=step_ok, other=0.0))
     accepted = step_ok & (coins * q < p)
     num_correct = tl.min(tl.where(accepted, N_PAD, lanes[None, :]), axis=1)
     num_correct = tl.minimum(num_correct, steps)
 
     use_q = req_ok & (num_correct < steps)
-    p_row = req64 * stride_pb + num_correct.to(tl.int64) * stride_pn
-    q_row = req64 * stride_qb + tl.minimum(num_correct, steps - 1).to(tl.int64) * stride_qn
+    q_step = tl.minimum(num_correct, steps - 1).to(tl.int64)
+    if RAGGED:
+        # The final row and the rejected draft's q row as reductions over the lanes (the first
+        # lane not accepted; rows and draft_at grow with the lane): deriving them from the
+        # reduced num_correct (an int32 -> int64 cast) broke RemoveLayoutConversions on Triton 3.6
+        # in the masked variants. The valid lanes are a prefix, so lane num_correct holds a draft
+        # (else q is the padding's 0) iff num_correct < their number.
+        final_row = tl.min(tl.where(accepted, total_rows, rows), axis=1)
+        q_at = tl.min(tl.where(accepted | (lanes[None, :] >= steps), num_drafts - 1, draft_at), axis=1)
+        use_q = use_q & (num_correct < tl.sum(step_ok.to(tl.int32), axis=1))
+        # Past the flat end only when the root row is (count -1): the sums read the last row
+        # instead and the host writes the padded zero row's token 0 (kernels/ragged.py; a flag
+        # kept here spilled SGPRs on gfx942 with Triton 3.6).
+        final_row = tl.minimum(final_row, total_rows - 1)
+        p_row = final_row * stride_pn
+        q_row = tl.maximum(q_at, 0) * stride_qn
+        final_mask_row = final_row
+    else:
+        p_row = req64 * stride_pb + num_correct.to(tl.int64) * stride_pn
+        q_row = req64 * stride_qb + q_step * stride_qn
+        final_mask_row = req64 * (steps + 1) + num_correct
     sums_base = req64 * (2 * sums_width)
     first_tile = tl.program_id(1) * tiles_per_chunk
     end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
-    final_base, final_constrained = mask_row_base(index_ptr, req64 * (steps + 1) + num_correct, req_ok & HAS_MASK, num_masks, mask_width,
-                                                  HAS_INDEX)
+    final_base, final_constrained = mask_row_base(index_ptr, final_mask_row, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
     # Without draft probabilities the crossing block is compared with the rejected draft (PIECE x N_PAD).
     PIECE: tl.constexpr = SUB if HAS_DRAFT_PROBS or SUB * N_PAD <= 2048 else 2048 // N_PAD
     if HAS_DRAFT_PROBS:  # residual max(0, p - q)
@@ -792,27 +829,50 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
                           out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, steps = draft_ids.shape
-    nodes = steps + 1
-    out = _verdict_buffers(bs, nodes, nodes, draft_ids.device, out)
+    out = _verdict_buffers(bs, steps + 1, steps + 1, draft_ids.device, out)
     if bs == 0:
         return out
+    launch_chain_sampling(draft_ids.contiguous(), draft_probs, target_probs, coins.contiguous(), final_coins, steps=steps,
+                          token_bitmask=token_bitmask, bitmask_index=bitmask_index, out=out, target=target, passed_counts=passed_counts)
+    return out
+
+
+def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor, coins: torch.Tensor,
+                          final_coins: torch.Tensor, *, steps: int, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor],
+                          out: Verdict, target: KernelTarget, ragged: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+                          passed_counts: Optional[torch.Tensor] = None) -> None:
+    """Launch ``_chain_sampling_kernel`` into ``out`` (bs >= 1). Padded: draft_ids and coins (bs, S)
+    contiguous, probabilities (bs, S(+1), V) or flat. ``ragged``: (counts, starts) (bs,) int64 of
+    ``spec_hal.ragged.chain_layout``; draft_ids, coins (T,) and draft_probs (T, V) the flat tensors
+    (stand-ins of the same dtype when T = 0: never read), target_probs (T + bs, V): nothing is
+    gathered."""
+    bs = final_coins.shape[0]
+    nodes = steps + 1
     vocab = target_probs.shape[-1]
     has_draft_probs = draft_probs is not None
-    q_strides = _probs_strides(draft_probs, steps) if has_draft_probs else (0, 0, 0)
-    p_strides = _probs_strides(target_probs, nodes)
+    if ragged is None:
+        q_strides = _probs_strides(draft_probs, steps) if has_draft_probs else (0, 0, 0)
+        p_strides = _probs_strides(target_probs, nodes)
+        counts = starts = out.num_correct  # placeholders, never read
+        num_drafts, total_rows = bs * steps, bs * nodes
+    else:
+        counts, starts = ragged
+        q_strides = (0, *draft_probs.stride()) if has_draft_probs else (0, 0, 0)
+        p_strides = (0, *target_probs.stride())
+        num_drafts, total_rows = target_probs.shape[0] - bs, target_probs.shape[0]  # T, T + bs
     config = sampling_launch(target, bs, nodes, vocab)
-    sums, counters = _final_token_scratch(bs, config, draft_ids.device)
+    sums, counters = _final_token_scratch(bs, config, final_coins.device)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _chain_sampling_kernel[(cdiv(bs, config.requests), config.chunks)](
-        draft_ids.contiguous(), draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,
-        coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
-        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(draft_ids.device), _CHAIN_SAMPLING_CODE,
-        out.num_correct if passed_counts is None else passed_counts,
+        draft_ids, draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,
+        coins, final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
+        sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(final_coins.device),
+        _CHAIN_SAMPLING_CODE, out.num_correct if passed_counts is None else passed_counts,
+        counts, starts, num_drafts, total_rows,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
         SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, COUNT_PASSED=passed_counts is not None,
-        num_warps=config.warps,
+        RAGGED=ragged is not None, num_warps=config.warps,
     )
-    return out
 
 
 PROVIDERS = {
@@ -830,6 +890,24 @@ _LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
 # (bs, N, V, S): production shapes, an odd tiny one, and the conformance case whose runtime
 # specialisation (unit vocabulary stride, V and row stride multiples of 16) once failed to lower.
 _SHAPES = ((1, 4, 32000, 3), (64, 8, 151936, 5), (256, 32, 151936, 5), (3, 6, 8, 5), (4, 8, 16, 3), (1, 64, 151936, 6))
+
+
+def chain_sampling_signature(drafts_type: str, layout_type: str) -> dict:
+    """``_chain_sampling_kernel``'s signature without the mask arguments and flags: draft ids of
+    ``drafts_type``, counts/starts of ``layout_type`` (int32 placeholders padded, int64 ragged)."""
+    return {"draft_ids_ptr": drafts_type, "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
+            "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
+            "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32", "bs": "i32", "steps": "i32",
+            "vocab": "i32", "sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32", "flag_ptr": "*i64",
+            "flag_code": "i64", "passed_ptr": "*i32", "counts_ptr": layout_type, "starts_ptr": layout_type, "num_drafts": "i32", "total_rows": "i32",
+            "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILE_V": "constexpr", "SUB": "constexpr", "NB_PAD": "constexpr", "SPLIT": "constexpr",
+            "HAS_DRAFT_PROBS": "constexpr", "COUNT_PASSED": "constexpr", "RAGGED": "constexpr"}
+
+
+def chain_sampling_constexprs(config: SamplingLaunch, nodes: int, ragged: bool = False) -> dict:
+    """The launch constexprs of ``launch_chain_sampling`` (without passed_counts) but HAS_DRAFT_PROBS and the mask flags."""
+    return {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILE_V": config.tile_v, "SUB": config.sub, "NB_PAD": config.nb_pad,
+            "SPLIT": config.chunks > 1, "COUNT_PASSED": False, "RAGGED": ragged}
 
 
 def compile_specs(target: KernelTarget):
@@ -901,17 +979,12 @@ def compile_specs(target: KernelTarget):
             sampling.warps, masked=masked, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
             vocab=vocab, **final_values, flag_code=_SAMPLING_CODE, chain_shift=0)
         chain_steps = nodes - 1
-        add(_chain_sampling_kernel,
-            {"draft_ids_ptr": "*i64", "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
-             "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32",
-             "final_coins_ptr": "*fp32", **verdict, "bs": "i32", "steps": "i32", "vocab": "i32", **final, **flag, "passed_ptr": "*i32",
-             "BLOCK_R": "constexpr", "N_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs},
-             "HAS_DRAFT_PROBS": "constexpr", "COUNT_PASSED": "constexpr"},
-            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), **final_constexprs, "HAS_DRAFT_PROBS": True, "COUNT_PASSED": False},
-            # passed_counts (spec_hal.compat.flashinfer's accepted count) at the two masked/production shapes
+        # passed_counts (spec_hal.compat.flashinfer's accepted count) at the two masked/production shapes
+        add(_chain_sampling_kernel, chain_sampling_signature("*i64", "*i32"), {**chain_sampling_constexprs(sampling, nodes), "HAS_DRAFT_PROBS": True},
             sampling.warps, masked=masked, extra=(({"HAS_DRAFT_PROBS": False},) if masked else ())
-            + (({"COUNT_PASSED": True},) if (bs, nodes) in ((1, 4), (64, 8)) else ()), stride_qb=chain_steps * vocab, stride_qn=vocab, stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab,
-            stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values, flag_code=_CHAIN_SAMPLING_CODE)
+            + (({"COUNT_PASSED": True},) if (bs, nodes) in ((1, 4), (64, 8)) else ()), stride_qb=chain_steps * vocab, stride_qn=vocab,
+            stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values,
+            flag_code=_CHAIN_SAMPLING_CODE, num_drafts=bs * chain_steps, total_rows=bs * nodes)
     return specs
 
 

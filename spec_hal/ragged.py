@@ -203,8 +203,8 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
 
 def padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, *, max_drafts: int,
                                  token_bitmask=None, bitmask_index=None) -> tuple:
-    """The gather of ``verify_chain_sampling_ragged`` into ``verify_chain_sampling``'s padded layout
-    (S = max_drafts), shared by the reference and the Triton backends: (drafts (bs, S) int64 -1
+    """The reference's gather of ``verify_chain_sampling_ragged`` into ``verify_chain_sampling``'s
+    padded layout (S = max_drafts; the Triton kernel reads the flat rows in place): (drafts (bs, S) int64 -1
     padded, q (bs, S, V) or None, p (bs, S+1, V), coins (bs, S), mask index of the padded rows
     (bs*(S+1),) int64 or None)."""
     total, bs = draft_tokens.shape[0], num_draft_tokens.shape[0]

@@ -8,8 +8,9 @@
 2. Ragged chains vs the same work padded: ``verify_chain_ragged`` over T + bs flat logit rows
    against ``verify_chain`` over bs * (S + 1) rows (what an engine without ragged support runs),
    and ``verify_chain_sampling_ragged`` (with draft probabilities, and without: n-gram drafts)
-   against ``verify_chain_sampling`` on the padded batch, with draft counts 0..S and a quarter
-   of the requests with speculation off.
+   against ``verify_chain_sampling`` on the padded batch (both run the same kernel; the ragged
+   one reads the flat rows in place), with draft counts 0..S and a quarter of the requests with
+   speculation off.
 """
 from __future__ import annotations
 

@@ -207,6 +207,11 @@ FLAGGED_RULES = {
        for op in ("verify_greedy", "verify_sampling")},
     **{f"{op} next_sibling -2": ((op, "tree.retrieve_next_sibling", 6), lambda op=op: _with(op, tree__retrieve_next_sibling=_set(6, -2)))
        for op in ("verify_greedy", "verify_sampling")},
+    # the ragged op records its drafts at their padded index b * max_drafts + j (counts [2, 0, 3],
+    # max_drafts 3: flat drafts 3 and 4 are request 2's drafts 1 and 2, padded 7 and 8)
+    "verify_chain_sampling_ragged draft ids past V and -2": (("verify_chain_sampling", "draft_ids", 7),
+                                                             lambda: _with("verify_chain_sampling_ragged",
+                                                                           draft_tokens=_set_many({3: 2**40, 4: -2}))),
 }
 
 
