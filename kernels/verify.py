@@ -502,7 +502,6 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     num_correct = tl.minimum(num_correct, steps)
 
     use_q = req_ok & (num_correct < steps)
-    q_step = tl.minimum(num_correct, steps - 1).to(tl.int64)
     if RAGGED:
         # The final row and the rejected draft's q row as reductions over the lanes (the first
         # lane not accepted; rows and draft_at grow with the lane): deriving them from the
@@ -520,9 +519,15 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         q_row = tl.maximum(q_at, 0) * stride_qn
         final_mask_row = final_row
     else:
-        p_row = req64 * stride_pb + num_correct.to(tl.int64) * stride_pn
-        q_row = req64 * stride_qb + q_step * stride_qn
-        final_mask_row = req64 * (steps + 1) + num_correct
+        # num_correct again, reduced as int64 (the first lane not accepted; lanes >= S never are):
+        # casting the int32 num_correct to int64 broke RemoveLayoutConversions on Triton 3.6 (sm_90,
+        # masked with an int64 index, one-hot drafts). Rows are lane * stride after the reduction,
+        # not reduced rows, so the loads keep the strides' divisibility (128-bit loads: a reduced
+        # row address lost them: the padded chain sampling measured 2-3x slower on the H100).
+        lane = tl.min(tl.where(accepted, N_PAD, lanes[None, :].to(tl.int64)), axis=1)
+        p_row = req64 * stride_pb + lane * stride_pn
+        q_row = req64 * stride_qb + tl.minimum(lane, steps - 1) * stride_qn
+        final_mask_row = req64 * (steps + 1) + lane
     sums_base = req64 * (2 * sums_width)
     first_tile = tl.program_id(1) * tiles_per_chunk
     end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
@@ -921,15 +926,15 @@ def compile_specs(target: KernelTarget):
         specs.append((kernel, signature, constexprs, num_warps))
         specs.append(runtime_specialized(target, kernel, signature, constexprs, num_warps, values=values))
 
-    def add(kernel, signature, constexprs, num_warps, *, placeholder="*i32", masked=False, extra=(), **values):
+    def add(kernel, signature, constexprs, num_warps, *, placeholder="*i32", masked=False, extra=(), masked_extra=(), **values):
         """The launch without a mask (mask pointers are the ``placeholder``), and with
         ``masked`` its token_bitmask variants (no index, int32 and int64 index); ``extra``:
-        further constexpr variants of the unmasked launch."""
+        further constexpr variants of the unmasked launch, ``masked_extra`` of the masked ones."""
         variants = [(placeholder, placeholder, False, False)]
         if masked:
             variants += [("*i32", "*i32", True, False), ("*i32", "*i32", True, True), ("*i32", "*i64", True, True)]
         for mask_type, index_type, has_mask, has_index in variants:
-            for extra_constexprs in (({},) + tuple(extra)) if not has_mask else ({},):
+            for extra_constexprs in ({},) + tuple(masked_extra if has_mask else extra):
                 add_plain(kernel, {**signature, "mask_ptr": mask_type, "index_ptr": index_type, "num_masks": "i32", "mask_width": "i32",
                                    "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", **{name: "constexpr" for name in extra_constexprs}},
                           {**constexprs, "HAS_MASK": has_mask, "HAS_INDEX": has_index, **extra_constexprs}, num_warps,
@@ -981,7 +986,7 @@ def compile_specs(target: KernelTarget):
         chain_steps = nodes - 1
         # passed_counts (spec_hal.compat.flashinfer's accepted count) at the two masked/production shapes
         add(_chain_sampling_kernel, chain_sampling_signature("*i64", "*i32"), {**chain_sampling_constexprs(sampling, nodes), "HAS_DRAFT_PROBS": True},
-            sampling.warps, masked=masked, extra=(({"HAS_DRAFT_PROBS": False},) if masked else ())
+            sampling.warps, masked=masked, masked_extra=({"HAS_DRAFT_PROBS": False},), extra=(({"HAS_DRAFT_PROBS": False},) if masked else ())
             + (({"COUNT_PASSED": True},) if (bs, nodes) in ((1, 4), (64, 8)) else ()), stride_qb=chain_steps * vocab, stride_qn=vocab,
             stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values,
             flag_code=_CHAIN_SAMPLING_CODE, num_drafts=bs * chain_steps, total_rows=bs * nodes)
