@@ -73,9 +73,7 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
                         token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
                         out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_ragged`` (arguments validated by the caller)."""
-    bs, total = num_draft_tokens.shape[0], draft_tokens.shape[0]
-    nodes = max_drafts + 1
-    out = _verdict_buffers(bs, nodes, nodes, draft_tokens.device, out)
+    bs, total, nodes, out = _ragged_verdict(draft_tokens, num_draft_tokens, max_drafts, out)
     if bs == 0:
         return out
     counts, starts = chain_layout(num_draft_tokens, max_drafts)
@@ -98,9 +96,7 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
                                  token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
                                  out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_sampling_ragged``: the chain sampling kernel reads the flat rows in place (RAGGED)."""
-    bs, total = num_draft_tokens.shape[0], draft_tokens.shape[0]
-    nodes = max_drafts + 1
-    out = _verdict_buffers(bs, nodes, nodes, draft_tokens.device, out)
+    bs, total, nodes, out = _ragged_verdict(draft_tokens, num_draft_tokens, max_drafts, out)
     if bs == 0:
         return out
     counts, starts = chain_layout(num_draft_tokens, max_drafts)
@@ -117,6 +113,12 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
                           bitmask_index=bitmask_index, out=out, target=target, ragged=(counts, starts))
     out.predict.view(bs, nodes)[:, 0].masked_fill_(root_past_end, 0)  # the padded zero row's token
     return out
+
+
+def _ragged_verdict(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, max_drafts: int, out: Optional[Verdict]) -> tuple:
+    """(bs, T, N = max_drafts + 1, the padded Verdict to fill) of a ragged call."""
+    bs, total, nodes = num_draft_tokens.shape[0], draft_tokens.shape[0], max_drafts + 1
+    return bs, total, nodes, _verdict_buffers(bs, nodes, nodes, draft_tokens.device, out)
 
 
 def _warps(target: KernelTarget, config) -> int:
