@@ -23,6 +23,16 @@ def _outcome(check, args, kwargs):
     return None
 
 
+def _assert_agrees_with_detailed_checks(call, monkeypatch, disabled):
+    """The call's outcome with its fast paths equals the outcome with ``disabled`` (module, name,
+    stand-in) patched in, which sends it through the detailed checks."""
+    _, check, args, kwargs = call
+    fast = _outcome(check, args, kwargs)
+    for module, name, stand_in in disabled:
+        monkeypatch.setattr(module, name, stand_in)
+    assert fast == _outcome(check, args, kwargs)
+
+
 def _tree_variants():
     tree, cand = golden_tree()
     yield "tree", tree, cand
@@ -79,12 +89,8 @@ CALLS = list(_calls())
 
 @pytest.mark.parametrize("index", range(len(CALLS)), ids=[call[0] for call in CALLS])
 def test_fast_path_agrees_with_detailed_checks(index, monkeypatch):
-    _, check, args, kwargs = CALLS[index]
-    fast = _outcome(check, args, kwargs)
-    monkeypatch.setattr(verify, "_tree_ok", lambda tree: None)
-    monkeypatch.setattr(verify, "_target_predict_ok", lambda *a: False)
-    monkeypatch.setattr(verify, "_probs_ok", lambda *a: None)
-    assert fast == _outcome(check, args, kwargs)
+    _assert_agrees_with_detailed_checks(CALLS[index], monkeypatch, [
+        (verify, "_tree_ok", lambda tree: None), (verify, "_target_predict_ok", lambda *a: False), (verify, "_probs_ok", lambda *a: None)])
 
 
 def test_fast_paths_take_the_common_calls(monkeypatch):
@@ -138,11 +144,8 @@ OTHER_CALLS = list(_topk_calls()) + list(_scatter_calls())
 
 @pytest.mark.parametrize("index", range(len(OTHER_CALLS)), ids=[call[0] for call in OTHER_CALLS])
 def test_topk_and_scatter_fast_paths_agree_with_detailed_checks(index, monkeypatch):
-    _, check, args, kwargs = OTHER_CALLS[index]
-    fast = _outcome(check, args, kwargs)
-    monkeypatch.setattr(topk, "_common_call_ok", lambda *a: False)
-    monkeypatch.setattr(mamba, "_scatter_ok", lambda *a: False)
-    assert fast == _outcome(check, args, kwargs)
+    _assert_agrees_with_detailed_checks(OTHER_CALLS[index], monkeypatch, [
+        (topk, "_common_call_ok", lambda *a: False), (mamba, "_scatter_ok", lambda *a: False)])
 
 
 def test_topk_and_scatter_fast_paths_take_the_common_calls(monkeypatch):
@@ -195,11 +198,8 @@ VERDICT_CALLS = list(_verdict_calls())
 
 @pytest.mark.parametrize("index", range(len(VERDICT_CALLS)), ids=[call[0] for call in VERDICT_CALLS])
 def test_verdict_fast_path_agrees_with_detailed_checks(index, monkeypatch):
-    _, check, args, kwargs = VERDICT_CALLS[index]
-    fast = _outcome(check, args, kwargs)
-    monkeypatch.setattr(compaction, "verdict_ok", lambda verdict: False)
-    monkeypatch.setattr(mamba, "verdict_ok", lambda verdict: False)
-    assert fast == _outcome(check, args, kwargs)
+    _assert_agrees_with_detailed_checks(VERDICT_CALLS[index], monkeypatch, [
+        (compaction, "verdict_ok", lambda verdict: False), (mamba, "verdict_ok", lambda verdict: False)])
 
 
 def test_verdict_fast_path_takes_the_common_call():
@@ -255,11 +255,8 @@ MORE_CALLS = list(_move_kv_calls()) + list(_build_tree_calls())
 
 @pytest.mark.parametrize("index", range(len(MORE_CALLS)), ids=[call[0] for call in MORE_CALLS])
 def test_move_kv_and_build_tree_fast_paths_agree_with_detailed_checks(index, monkeypatch):
-    _, check, args, kwargs = MORE_CALLS[index]
-    fast = _outcome(check, args, kwargs)
-    monkeypatch.setattr(kv, "_move_kv_ok", lambda *a: False)
-    monkeypatch.setattr(tree_ops, "_build_tree_ok", lambda *a: False)
-    assert fast == _outcome(check, args, kwargs)
+    _assert_agrees_with_detailed_checks(MORE_CALLS[index], monkeypatch, [
+        (kv, "_move_kv_ok", lambda *a: False), (tree_ops, "_build_tree_ok", lambda *a: False)])
 
 
 def test_move_kv_and_build_tree_fast_paths_take_the_common_calls(monkeypatch):
