@@ -309,7 +309,7 @@ def _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperatur
     top_k = tl.where((top_k > 0) & (top_k < vocab), top_k, 0).to(tl.int32)  # < V <= 2^23
     top_p = tl.load(top_p_ptr + req, mask=req_ok & ((flags & 4) != 0), other=top_p_value).to(tl.float32).to(tl.float64)
     top_p = tl.where(top_p < 1, top_p, 1.0)  # NaN: off
-    top_p = tl.where(top_p > 0, top_p, MIN_TOP_P)  # <= 0: the top token alone
+    top_p = tl.where(top_p > 0, top_p, MIN_TOP_P)  # <= 0: the top level alone
     min_p = tl.load(min_p_ptr + req, mask=req_ok & ((flags & 8) != 0), other=min_p_value).to(tl.float32).to(tl.float64)
     min_p = tl.where(min_p > 0, tl.where(min_p < 1, min_p, 1.0), 0.0)
     scaled = min_p * TOP_WEIGHT  # exact: a power-of-two scale

@@ -159,7 +159,7 @@ def _check_param(name: str, value, rows: int, device, *, low: float, high: float
         checks.tensor(name, value, dtypes=dtypes, device=device, shape=(rows,))
         # Values only in checked mode, on every device: the default mode applies row_params's
         # rules (and a cpu tensor would otherwise raise where a device tensor applies them).
-        if verify_value_checks():
+        if checks.value_checks_enabled():
             bad = ~((value > low) if low_open else (value >= low)) | ~(value <= high)
             if bool(bad.any()):
                 raise checks.InvalidInput(name, f"values in {'(' if low_open else '['}{low}, {high}]", value[bad][:4].tolist())
@@ -169,12 +169,6 @@ def _check_param(name: str, value, rows: int, device, *, low: float, high: float
     ok = (value > low if low_open else value >= low) and value <= high
     if not ok:
         raise checks.InvalidInput(name, f"a value in {'(' if low_open else '['}{low}, {high}]", value)
-
-
-def verify_value_checks() -> bool:
-    from .compaction import value_checks_enabled
-
-    return value_checks_enabled()
 
 
 def _check_sampling_params(rows: int, device, temperature, top_k, top_p, min_p) -> None:
@@ -302,7 +296,7 @@ def row_params(count: int, vocab: int, device, temperature, top_k, top_p, min_p)
     top_k = torch.where((top_k > 0) & (top_k < vocab), top_k, torch.zeros_like(top_k))
     top_p = _as_tensor(top_p, count, torch.float32, device).to(torch.float64)
     top_p = torch.where(top_p < 1, top_p, torch.ones_like(top_p))  # NaN: off
-    top_p = torch.where(top_p > 0, top_p, torch.full_like(top_p, MIN_TOP_P))  # <= 0: the top token alone
+    top_p = torch.where(top_p > 0, top_p, torch.full_like(top_p, MIN_TOP_P))  # <= 0: the top level alone
     min_p = _as_tensor(min_p, count, torch.float32, device).to(torch.float64)
     min_p = torch.where(min_p > 0, torch.where(min_p < 1, min_p, torch.ones_like(min_p)), torch.zeros_like(min_p))
     min_weight = torch.ceil(min_p * float(2**WEIGHT_BITS)).to(torch.int64)
