@@ -46,7 +46,7 @@ def run_bench(args: argparse.Namespace, out=sys.stdout) -> int:
     from ..errors import BackendUnavailable
     from ..selection import get_backend
     from .harness import copy_bandwidth
-    from .report import Context, Progress, environment, environment_markdown, write_reports
+    from .report import Context, Progress, environment, environment_markdown, listen_to_rows, write_reports
 
     try:
         backend = get_backend(args.backend)
@@ -59,6 +59,7 @@ def run_bench(args: argparse.Namespace, out=sys.stdout) -> int:
     if device.type == "cpu":
         torch.set_num_threads(1)  # small CPU work: OpenMP start-up and spinning cost more than it saves
     progress = Progress(enabled=not args.quiet)
+    listen_to_rows(lambda table, row: progress(f"  {table.suite}: {table.row_text(row)}"))
     progress(f"backend {backend.name} on {device}, sizes {args.sizes}")
     bandwidth = copy_bandwidth(device) if device.type == "cuda" else None
     command = "spec-hal bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else f"spec-hal bench --sizes {args.sizes}"

@@ -43,7 +43,7 @@ def _time(fn, device, timing):
     return harness.time_or_none(fn, device, **timing), "eager"
 
 
-def _add(ctx, table, function, native, compat, native_timing, *, wraps: bool = True, **size):
+def _add(table, function, native, compat, native_timing, *, wraps: bool = True, **size):
     """One row; ``wraps=False``: the native op does comparable work but is not what the function
     calls (the renormalisations, docs/compat.md), so no budget verdict."""
     (compat_s, compat_mode), (native_s, native_mode) = compat, native_timing or (None, None)
@@ -53,13 +53,6 @@ def _add(ctx, table, function, native, compat, native_timing, *, wraps: bool = T
     table.add(function=function, native=native, compat_us=us(compat_s), native_us=us(native_s), overhead_us=us(overhead),
               overhead_share=None if overhead is None or not native_s else overhead / native_s, within_budget=within,
               timing=compat_mode if native_mode is None else f"{compat_mode}/{native_mode}", **size)
-    # Each row as it is measured: a run cut short by a time limit still leaves its figures.
-    shape = " ".join(f"{name}={value}" for name, value in size.items() if value is not None)
-    ctx.progress(f"  {function} {shape}: compat {_us_text(compat_s)}, {native} {_us_text(native_s)}")
-
-
-def _us_text(seconds) -> str:
-    return "-" if seconds is None else f"{seconds * 1e6:.1f} us"
 
 
 def _verify_rows(ctx, table, bs, nodes, steps, vocab):
@@ -74,10 +67,10 @@ def _verify_rows(ctx, table, bs, nodes, steps, vocab):
     verdict = verdict_into(predicts, accept_index, accept_token_num)
     links = (tree.retrieve_index, tree.retrieve_next_token, tree.retrieve_next_sibling)
     size = dict(bs=bs, nodes=nodes, vocab=vocab)
-    _add(ctx, table, "sgl_kernel.verify_tree_greedy", "verify_greedy",
+    _add(table, "sgl_kernel.verify_tree_greedy", "verify_greedy",
          _time(lambda: sgl_kernel.verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, *links, target_predict), device, timing),
          _time(lambda: backend.verify_greedy(tree, candidates, target_predict, out=verdict), device, timing), **size)
-    _add(ctx, table, "sgl_kernel.tree_speculative_sampling_target_only", "verify_sampling",
+    _add(table, "sgl_kernel.tree_speculative_sampling_target_only", "verify_sampling",
          _time(lambda: sgl_kernel.tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, *links, coins,
                                                                          final_coins, target_probs), device, timing),
          _time(lambda: backend.verify_sampling(tree, candidates, target_probs, coins, final_coins, out=verdict), device, timing), **size)
@@ -94,7 +87,7 @@ def _build_tree_rows(ctx, table, bs, topk, steps, nodes):
                    retrive_index=torch.empty(bs, nodes, dtype=torch.int64, device=device),
                    retrive_next_token=torch.empty(bs, nodes, dtype=torch.int64, device=device),
                    retrive_next_sibling=torch.empty(bs, nodes, dtype=torch.int64, device=device))
-    _add(ctx, table, "sgl_kernel.build_tree_kernel_efficient (QLEN_ONLY)", "build_tree",
+    _add(table, "sgl_kernel.build_tree_kernel_efficient (QLEN_ONLY)", "build_tree",
          _time(lambda: sgl_kernel.build_tree_kernel_efficient(parents, selected, seq_lens, topk=topk, depth=steps, draft_token_num=nodes,
                                                               tree_mask_mode=1, **outputs), device, timing),
          _time(lambda: backend.build_tree(seq_lens, parents, selected, draft_tokens, seq_lens, topk=topk), device, timing),
@@ -133,16 +126,16 @@ def _vllm_rows(ctx, table, bs, steps, vocab, chain, *, ragged: bool):
     random = SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(bs, device=device), generators={})
     compat = _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, flat_draft, vllm_target, bonus, random), device, timing)
     if ragged:
-        _add(ctx, table, "vllm.rejection_sample (all random, ragged counts S, S/2)", "verify_chain_sampling_ragged", compat,
+        _add(table, "vllm.rejection_sample (all random, ragged counts S, S/2)", "verify_chain_sampling_ragged", compat,
              _time(lambda: backend.verify_chain_sampling_ragged(flat_ids, counts_t, flat_draft, ragged_target, flat_coins, final_coins,
                                                                 max_drafts=steps), device, timing), **size)
         vllm_logits, ragged_logits = vllm_target.log(), ragged_target.log()
         greedy = SimpleNamespace(all_greedy=True, all_random=False, temperature=torch.zeros(bs, device=device), generators={})
-        _add(ctx, table, "vllm.rejection_sample (all greedy, ragged counts S, S/2)", "verify_chain_ragged (logits)",
+        _add(table, "vllm.rejection_sample (all greedy, ragged counts S, S/2)", "verify_chain_ragged (logits)",
              _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, None, vllm_logits, bonus, greedy), device, timing),
              _time(lambda: backend.verify_chain_ragged(flat_ids, counts_t, ragged_logits, max_drafts=steps), device, timing), **size)
     else:
-        _add(ctx, table, f"vllm.rejection_sample (all random, {steps} drafts each)", "verify_chain_sampling (padded given)", compat,
+        _add(table, f"vllm.rejection_sample (all random, {steps} drafts each)", "verify_chain_sampling (padded given)", compat,
              _time(lambda: backend.verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins), device, timing), **size)
 
 
@@ -152,7 +145,7 @@ def _chain_rows(ctx, table, bs, steps, vocab):
     device, backend, timing = ctx.device, ctx.backend, ctx.timing
     chain = _chain_inputs(bs, steps, vocab, device)
     draft_probs, target_probs, draft_ids, coins, final_coins = chain
-    _add(ctx, table, "flashinfer.chain_speculative_sampling", "verify_chain_sampling",
+    _add(table, "flashinfer.chain_speculative_sampling", "verify_chain_sampling",
          _time(lambda: flashinfer.chain_speculative_sampling(draft_probs, draft_ids, target_probs), device, timing),
          _time(lambda: backend.verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins), device, timing),
          bs=bs, nodes=steps + 1, vocab=vocab)
@@ -177,7 +170,7 @@ def _processing_rows(ctx, table, bs, vocab):
     size = dict(bs=bs, nodes=1, vocab=vocab)
     native_sample = _time(lambda: backend.verify_chain_sampling(no_drafts, rows[:, None][:, :0], rows[:, None], no_coins, final_coins),
                           device, timing)
-    _add(ctx, table, "flashinfer.sampling_from_probs", "verify_chain_sampling (no drafts)",
+    _add(table, "flashinfer.sampling_from_probs", "verify_chain_sampling (no drafts)",
          _time(lambda: flashinfer.sampling_from_probs(rows), device, timing), native_sample, **size)
     # Compat-owned filters (or softmax), then the native sample: the overhead is that PyTorch (no budget).
     for name, call in (("flashinfer.top_k_sampling_from_probs (k=50)", lambda: flashinfer.top_k_sampling_from_probs(rows, 50)),
@@ -186,7 +179,7 @@ def _processing_rows(ctx, table, bs, vocab):
                         lambda: flashinfer.top_k_top_p_sampling_from_probs(rows, 50, 0.9)),
                        ("flashinfer.min_p_sampling_from_probs (0.1)", lambda: flashinfer.min_p_sampling_from_probs(rows, 0.1)),
                        ("flashinfer.sampling_from_logits", lambda: flashinfer.sampling_from_logits(logits))):
-        _add(ctx, table, name, "verify_chain_sampling (no drafts) after compat PyTorch", _time(call, device, timing), native_sample,
+        _add(table, name, "verify_chain_sampling (no drafts) after compat PyTorch", _time(call, device, timing), native_sample,
              wraps=False, **size)
     for name, call, native_name, native in (
             ("flashinfer.top_k_renorm_probs (k=50)", lambda: flashinfer.top_k_renorm_probs(rows, 50),
@@ -195,7 +188,7 @@ def _processing_rows(ctx, table, bs, vocab):
              "process_logits(log p, top_p=0.9)", lambda: backend.process_logits(log_rows, temperature=1.0, top_p=0.9)),
             ("flashinfer.softmax (temperature=0.7)", lambda: flashinfer.softmax(logits, temperature=0.7),
              "process_logits(temperature=0.7)", lambda: backend.process_logits(logits, temperature=0.7))):
-        _add(ctx, table, name, native_name, _time(call, device, timing), _time(native, device, timing), wraps=False, **size)
+        _add(table, name, native_name, _time(call, device, timing), _time(native, device, timing), wraps=False, **size)
 
 
 def _mamba_rows(ctx, table, bs):
@@ -209,7 +202,7 @@ def _mamba_rows(ctx, table, bs):
     src = torch.randn(4, bs, steps, 8, 64, 128, device=device)
     slots = torch.randperm(bs, device=device) + 1
     step = torch.randint(0, steps, (bs,), device=device)
-    _add(ctx, table, "sgl_kernel.fused_mamba_state_scatter_with_mask", "scatter_mamba_state",
+    _add(table, "sgl_kernel.fused_mamba_state_scatter_with_mask", "scatter_mamba_state",
          _time(lambda: sgl_kernel.fused_mamba_state_scatter_with_mask(dst, src, slots, step), device, timing),
          _time(lambda: backend.scatter_mamba_state(dst=dst, src=src, dst_slots=slots, src_steps=step), device, timing),
          bs=bs, nodes=steps, vocab=None)

@@ -39,6 +39,16 @@ def _format(value, kind: str) -> str:
     return str(value)
 
 
+# Called with (table, row) for every row added: ``spec-hal bench`` prints each row as it is
+# measured, so a run cut short by a time limit still shows what it measured.
+_row_listener: Optional[Callable[["Table", dict], None]] = None
+
+
+def listen_to_rows(listener: Optional[Callable[["Table", dict], None]]) -> None:
+    global _row_listener
+    _row_listener = listener
+
+
 @dataclass
 class Table:
     """One result table: ``rows`` are dicts keyed by the columns' keys (numbers, not strings)."""
@@ -54,7 +64,14 @@ class Table:
         if unknown:
             raise KeyError(f"table {self.title!r} has no column {sorted(unknown)}")
         self.rows.append(values)
+        if _row_listener is not None:
+            _row_listener(self, values)
         return values
+
+    def row_text(self, row: dict) -> str:
+        """One row as ``header=value`` pairs (the progress line of a measured row)."""
+        return ", ".join(f"{column.header}={_format(row[column.key], column.kind)}"
+                         for column in self.columns if column.key in row)
 
     def markdown(self) -> str:
         lines = [f"### {self.title}", ""]

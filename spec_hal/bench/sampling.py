@@ -120,9 +120,6 @@ def run(ctx: Context) -> list[Table]:
                 read_s = nbytes / ctx.copy_bandwidth if ctx.copy_bandwidth else None
                 table.add(bs=bs, nodes=nodes, vocab=vocab, fused_us=us(fused_s), unfused_us=us(unfused_s), speedup=ratio(unfused_s, fused_s),
                           plain_us=us(plain_s), read_once_us=us(read_s), vs_read_once=ratio(fused_s, read_s))
-                # Each row as it is measured: a run cut short by a time limit still leaves its figures.
-                ctx.progress(f"  fused {fused_s * 1e6:.1f} us, unfused {unfused_s * 1e6:.1f} us, temperature only {plain_s * 1e6:.1f} us"
-                             + (f", read once {read_s * 1e6:.1f} us" if read_s else ""))
                 del tree, candidates, logits, fused, plain, unfused
     _release(device)
     return [table]
