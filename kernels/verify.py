@@ -146,9 +146,10 @@ def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, r
     for t in range(first_tile, end_tile):
         cols = t * TILE_V + tl.arange(0, TILE_V)
         ok = req_ok[:, None] & (cols[None, :] < vocab)
-        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=ok, other=0.0))
-        if HAS_MASK:  # a masked id reads as p = 0; the tile's mask words load beside p, not before it
-            p = tl.where(tile_allowed_rows(mask_ptr, mask_base, constrained, t * TILE_V, mask_width, BLOCK_R, TILE_V), p, 0.0)
+        p_ok = ok
+        if HAS_MASK:  # a masked id reads as p = 0 (folded into the load: fewer live registers)
+            p_ok = ok & tile_allowed_rows(mask_ptr, mask_base, constrained, t * TILE_V, mask_width, BLOCK_R, TILE_V)
+        p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=p_ok, other=0.0))
         p_sums = tl.sum(tl.reshape(_quantize(p), [BLOCK_R, SUBS, SUB]), axis=2)
         block = t * SUBS + subs
         if HAS_Q:
