@@ -66,20 +66,6 @@ def tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.conste
 
 
 @triton.jit
-def tile_allowed_rows(mask_ptr, base, constrained, first_col, width, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
-    """``tile_allowed`` of (BLOCK_R,) rows (``base``, ``constrained`` (BLOCK_R,)): (BLOCK_R, BLOCK)."""
-    if BLOCK < 32:
-        allowed = token_allowed(mask_ptr, base[:, None], constrained[:, None], first_col + tl.arange(0, BLOCK)[None, :], True, width)
-    else:
-        word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)
-        load = constrained[:, None] & (word_ids[None, :] < width)
-        words = tl.load(mask_ptr + base[:, None] + word_ids[None, :], mask=load, other=0)
-        bits = tl.reshape((words[:, :, None] >> tl.arange(0, 32)[None, None, :]) & 1, [BLOCK_R, BLOCK])
-        allowed = tl.where(constrained[:, None], bits != 0, True)
-    return allowed
-
-
-@triton.jit
 def _apply_bitmask_kernel(logits_ptr, stride_row, stride_col, vocab, mask_ptr, index_ptr, num_masks, width,
                           BLOCK: tl.constexpr, HAS_INDEX: tl.constexpr):
     row = tl.program_id(0)
