@@ -49,13 +49,44 @@ def token_allowed(mask_ptr, base, constrained, tokens, ok, width):
 
 
 @triton.jit
+def tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexpr):
+    """``token_allowed`` of one row's BLOCK consecutive ids ``first_col + arange(BLOCK)``
+    (``first_col`` a multiple of 32; BLOCK a power of two; ``base``, ``constrained`` scalars):
+    each of the tile's BLOCK / 32 mask words is loaded once, contiguously (a vector load), and its
+    bits expanded (bit j of word i: id 32 i + j). One word load per id (token_allowed) issued 4-8
+    scalar loads per thread beside each vector load of logits: 1.4x the unmasked time on the H100."""
+    if BLOCK < 32:  # narrower than one word (the interpreter's tiles of tiny vocabularies)
+        allowed = token_allowed(mask_ptr, base, constrained, first_col + tl.arange(0, BLOCK), True, width)
+    else:
+        word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)
+        words = tl.load(mask_ptr + base + word_ids, mask=constrained & (word_ids < width), other=0)
+        bits = tl.reshape((words[:, None] >> tl.arange(0, 32)[None, :]) & 1, [BLOCK])
+        allowed = tl.where(constrained, bits != 0, True)
+    return allowed
+
+
+@triton.jit
+def tile_allowed_rows(mask_ptr, base, constrained, first_col, width, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
+    """``tile_allowed`` of (BLOCK_R,) rows (``base``, ``constrained`` (BLOCK_R,)): (BLOCK_R, BLOCK)."""
+    if BLOCK < 32:
+        allowed = token_allowed(mask_ptr, base[:, None], constrained[:, None], first_col + tl.arange(0, BLOCK)[None, :], True, width)
+    else:
+        word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)
+        load = constrained[:, None] & (word_ids[None, :] < width)
+        words = tl.load(mask_ptr + base[:, None] + word_ids[None, :], mask=load, other=0)
+        bits = tl.reshape((words[:, :, None] >> tl.arange(0, 32)[None, None, :]) & 1, [BLOCK_R, BLOCK])
+        allowed = tl.where(constrained[:, None], bits != 0, True)
+    return allowed
+
+
+@triton.jit
 def _apply_bitmask_kernel(logits_ptr, stride_row, stride_col, vocab, mask_ptr, index_ptr, num_masks, width,
                           BLOCK: tl.constexpr, HAS_INDEX: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     in_vocab = cols < vocab
     base, constrained = mask_row_base(index_ptr, row, True, num_masks, width, HAS_INDEX)
-    allowed = token_allowed(mask_ptr, base, constrained, cols, in_vocab, width)
+    allowed = tile_allowed(mask_ptr, base, constrained, tl.program_id(1) * BLOCK, width, BLOCK)
     tl.store(logits_ptr + row.to(tl.int64) * stride_row + cols.to(tl.int64) * stride_col, float("-inf"),
              mask=in_vocab & constrained & (allowed == 0))
 

@@ -24,6 +24,7 @@ from spec_hal.ragged import chain_layout
 from spec_hal import error_flag
 from spec_hal.types import Verdict
 
+from .error_flag import record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv
 from .masks import mask_row_base, token_allowed
 from .verify import (MaskArgs, _chain_sampling_kernel, _merge_argmax, _pow2, _target_source, _verdict_buffers, chain_sampling_constexprs,
@@ -33,7 +34,7 @@ from .verify import (MaskArgs, _chain_sampling_kernel, _merge_argmax, _pow2, _ta
 @triton.jit
 def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_drafts, total_rows,
                                 mask_ptr, index_ptr, num_masks, mask_width,
-                                predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, max_drafts,
+                                predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, max_drafts, vocab, flag_ptr, flag_code,
                                 BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
                                 HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -55,6 +56,9 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
     draft_index = tl.minimum(tl.maximum(rows - req64[:, None], 0), num_drafts - 1)  # -1 only when T = 0
     next_ok = req_ok[:, None] & (lanes[None, :] + 1 <= count[:, None]) & (rows + 1 < total_rows) & (draft_index >= 0)
     drafts = tl.load(drafts_ptr + draft_index, mask=next_ok, other=-1).to(tl.int64)
+    # The reference's record of the drafts it reads (spec_hal.ragged._record_read_drafts): ids
+    # < -1, or >= V when V is known (vocab < 0: token-id targets), at their flat index.
+    record_invalid(flag_ptr, flag_code, next_ok & ((drafts < -1) | ((vocab >= 0) & (drafts >= vocab))), draft_index)
     mismatch = (next_ok == 0) | (drafts != target) | (drafts < 0)
     if HAS_MASK:
         base, constrained = mask_row_base(index_ptr, rows, row_ok, num_masks, mask_width, HAS_INDEX)
@@ -67,6 +71,9 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
     tl.store(accept_ptr + out, tl.where(on_path, out, -1).to(tl.int32), mask=node_ok)
     tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
     tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+
+
+_DRAFTS_CODE = error_flag.code("verify_chain_ragged", "draft_tokens")
 
 
 def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, target_predict: torch.Tensor, *, max_drafts: int,
@@ -85,6 +92,7 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
     _ragged_chain_greedy_kernel[(cdiv(bs, config.requests),)](
         drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total + bs, *masks.args,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts,
+        target_predict.shape[-1] if from_logits else -1, error_flag.flag(out.predict.device), _DRAFTS_CODE,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
         num_warps=warps,
     )
@@ -145,7 +153,7 @@ def compile_specs(target: KernelTarget):
                              "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "num_drafts": "i32", "total_rows": "i32",
                              "mask_ptr": mask_type, "index_ptr": "*i64" if has_index else mask_type, "num_masks": "i32", "mask_width": "i32",
                              "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32",
-                             "bs": "i32", "max_drafts": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILES_PAD": "constexpr",
+                             "bs": "i32", "max_drafts": "i32", "vocab": "i32", "flag_ptr": "*i64", "flag_code": "i64", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILES_PAD": "constexpr",
                              "FROM_LOGITS": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr"}
                 constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILES_PAD": _pow2(num_tiles if from_logits else 1),
                               "FROM_LOGITS": from_logits, "HAS_MASK": has_mask, "HAS_INDEX": has_index}
@@ -153,7 +161,8 @@ def compile_specs(target: KernelTarget):
                 specs.append(runtime_specialized(target, _ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config),
                                                  values={"num_tiles": num_tiles if from_logits else 1, "num_drafts": bs * max_drafts // 2,
                                                          "total_rows": bs * max_drafts // 2 + bs, "num_masks": bs * nodes if has_mask else 0,
-                                                         "mask_width": 4748 if has_mask else 0, "bs": bs, "max_drafts": max_drafts}))
+                                                         "mask_width": 4748 if has_mask else 0, "bs": bs, "max_drafts": max_drafts,
+                                                         "vocab": 151936 if from_logits else -1, "flag_code": _DRAFTS_CODE}))
     specs += _chain_sampling_specs(target)
     return specs
 

@@ -26,7 +26,7 @@ import triton.language as tl
 from spec_hal.topk import MAX_TOPK
 
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .masks import mask_row_base, token_allowed
+from .masks import mask_row_base, tile_allowed, token_allowed
 
 # Rank key below every real one (masked lanes, empty slots); the lowest real key, -inf with id
 # 2**31 - 1, is about -9.19e18.
@@ -103,9 +103,9 @@ def _tile_topk_kernel(
         base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
         if HAS_MAP:  # the mask is in the target vocabulary
             tokens = tl.load(map_ptr + cols, mask=in_vocab, other=-1)
+            allowed = token_allowed(mask_ptr, base, constrained, tokens, in_vocab, mask_width)
         else:
-            tokens = cols
-        allowed = token_allowed(mask_ptr, base, constrained, tokens, in_vocab, mask_width)
+            allowed = tile_allowed(mask_ptr, base, constrained, tile * BLOCK, mask_width, BLOCK)
         values = tl.where(allowed, values, float("-inf"))
 
     tile_max = tl.max(values, axis=0)

@@ -43,7 +43,7 @@ import spec_hal.verify as semantics
 
 from .error_flag import ARGUMENT_STEP, record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .masks import mask_row_base, token_allowed
+from .masks import mask_row_base, tile_allowed, tile_allowed_rows, token_allowed
 
 # Globals read inside kernels must be constexpr.
 NO_ID = tl.constexpr(2**31 - 1)
@@ -148,7 +148,7 @@ def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, r
         ok = req_ok[:, None] & (cols[None, :] < vocab)
         p_ok = ok
         if HAS_MASK:  # a masked id reads as p = 0 (folded into the load: fewer live registers)
-            p_ok = ok & token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols[None, :], ok, mask_width)
+            p_ok = ok & tile_allowed_rows(mask_ptr, mask_base, constrained, t * TILE_V, mask_width, BLOCK_R, TILE_V)
         p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=p_ok, other=0.0))
         p_sums = tl.sum(tl.reshape(_quantize(p), [BLOCK_R, SUBS, SUB]), axis=2)
         block = t * SUBS + subs
@@ -245,7 +245,7 @@ def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr,
     values = tl.where(in_vocab, values, float("-inf"))
     if HAS_MASK:  # masked tokens rank below every allowed one: a tile allowing nothing has id NO_ID
         base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
-        in_vocab = in_vocab & token_allowed(mask_ptr, base, constrained, cols, in_vocab, mask_width)
+        in_vocab = in_vocab & tile_allowed(mask_ptr, base, constrained, tile * BLOCK, mask_width, BLOCK)
         values = tl.where(in_vocab, values, float("-inf"))
     tile_max = tl.max(values, axis=0)
     tile_id = tl.min(tl.where(in_vocab & (values == tile_max), cols, NO_ID), axis=0)

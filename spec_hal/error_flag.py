@@ -53,6 +53,7 @@ FLAGGED = {
     "verify_greedy": ("candidates", "tree.retrieve_next_token", "tree.retrieve_next_sibling"),
     "verify_chain": ("candidates",),
     "verify_tree_sampling": ("candidates", "tree.retrieve_next_token", "tree.retrieve_next_sibling"),
+    "verify_chain_ragged": ("draft_tokens",),
 }
 _OPS = tuple(FLAGGED)
 
@@ -112,20 +113,24 @@ def checked_mode() -> bool:
     return os.environ.get("SPEC_HAL_CHECKS") == "1"
 
 
-def record(op: str, argument: str, invalid: torch.Tensor, *, rule: str = "a valid value") -> None:
-    """Record the first True entry (flattened index) of ``invalid`` for (op, argument).
+def record(op: str, argument: str, invalid: torch.Tensor, *, rule: str = "a valid value", index: Optional[torch.Tensor] = None) -> None:
+    """Record the smallest index of a True entry of ``invalid`` for (op, argument): its flattened
+    position, or ``index`` (int64, the shape of ``invalid``) where the entries stand for elements
+    of the argument at other positions (a gather of it).
 
     No host sync in the default mode; in checked mode raise :class:`InvalidInput` at once.
     """
     if invalid.numel() == 0:
         return
     invalid = invalid.reshape(-1)
+    if index is None:
+        index = torch.arange(invalid.numel(), device=invalid.device, dtype=torch.int64)
+    index = index.reshape(-1).to(torch.int64).clamp(min=0, max=(1 << _INDEX_BITS) - 1)
     if checked_mode():
-        where = invalid.nonzero()
-        if where.numel():
-            raise InvalidInput(argument, rule, f"an invalid value at index {int(where[0, 0])} ({op})")
+        if bool(invalid.any()):
+            first = int(torch.where(invalid, index, NO_ERROR).min())
+            raise InvalidInput(argument, rule, f"an invalid value at index {first} ({op})")
         return
-    index = torch.arange(invalid.numel(), device=invalid.device, dtype=torch.int64).clamp(max=(1 << _INDEX_BITS) - 1)
     candidate = torch.where(invalid, index + code(op, argument), NO_ERROR).min()
     target = flag(invalid.device)
     torch.minimum(target, candidate, out=target)

@@ -34,12 +34,13 @@ from typing import Optional
 import torch
 
 from . import checks
-from .compaction import value_checks_enabled
 from .masks import check_bitmask
+from .error_flag import record as record_invalid
 from .registry import register_op
 from .types import Verdict
 from .masks import token_allowed
-from .verify import MAX_TREE_STEPS, _check_probs, _check_target_predict, _check_verdict_out, _verdict, fake_verdict, record_token_ids, target_tokens, verify_chain_sampling
+from .verify import (MAX_TREE_STEPS, _check_probs, _check_target_predict, _check_verdict_out, _verdict, _vocab_of, fake_verdict, record_token_ids,
+                     target_tokens, verify_chain_sampling)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -87,14 +88,14 @@ def _check_counts(draft_tokens, num_draft_tokens, max_drafts) -> tuple[int, int,
     # registers: the bound of a tree's num_steps (2^40 would try to allocate terabytes).
     checks.integer("max_drafts", max_drafts, low=0, high=MAX_TREE_STEPS)
     total, bs = draft_tokens.shape[0], num_draft_tokens.shape[0]
-    if value_checks_enabled() and bs:
+    if checks.value_checks_enabled() and bs:
         if bool((num_draft_tokens < 0).any()):
             raise checks.InvalidInput("num_draft_tokens", "counts >= 0", "a negative count")
         if bool((num_draft_tokens > max_drafts).any()):
             raise checks.InvalidInput("num_draft_tokens", f"counts <= max_drafts = {max_drafts}", "a larger count")
         if int(num_draft_tokens.sum()) != total:
             raise checks.InvalidInput("num_draft_tokens", f"counts summing to len(draft_tokens) = {total}", int(num_draft_tokens.sum()))
-    elif value_checks_enabled() and total:
+    elif checks.value_checks_enabled() and total:
         raise checks.InvalidInput("num_draft_tokens", f"counts summing to len(draft_tokens) = {total}", 0)
     return total, bs, device
 
@@ -109,6 +110,8 @@ def check_verify_chain_ragged(draft_tokens, num_draft_tokens, target_predict, *,
     check_bitmask(token_bitmask, bitmask_index, rows=rows, vocab=target_predict.shape[-1] if token_bitmask is not None else None,
                   device=device)
     _check_verdict_out(out, bs, max_drafts + 1, max_drafts + 1, device)
+    if checks.value_checks_enabled():
+        record_token_ids("verify_chain_ragged", "draft_tokens", draft_tokens, _vocab_of(target_predict))
 
 
 def check_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, final_coins, *, max_drafts,
@@ -143,6 +146,17 @@ def fake_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_prob
     return fake_verdict(draft_tokens, num_draft_tokens.shape[0], max_drafts + 1, max_drafts + 1)
 
 
+def _record_read_drafts(drafts: torch.Tensor, draft_index: torch.Tensor, total: int, vocab: Optional[int]) -> None:
+    """The greedy rule for a draft id outside [0, V) (no match: it is compared, never
+    dereferenced), recorded for the drafts the match reads: ``drafts`` (bs, S) gathered at
+    ``draft_index`` (-1: padding, not read), at their flat index into draft_tokens (clamped into
+    [0, T) as the gather is). V is known only from logits; with token ids only ids < -1 count."""
+    read = draft_index >= 0
+    invalid = read & (drafts < -1) if vocab is None else read & ((drafts < -1) | (drafts >= vocab))
+    record_invalid("verify_chain_ragged", "draft_tokens", invalid, rule="token ids in [0, V) (or -1 padding)",
+                   index=draft_index.clamp(0, max(total - 1, 0)))
+
+
 @register_op("verify_chain_ragged", family="ragged", check=check_verify_chain_ragged, fake=fake_verify_chain_ragged)
 def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, target_predict: torch.Tensor, *, max_drafts: int,
                         token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
@@ -169,6 +183,7 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
     predicted = target_tokens(target_predict, 1, total + bs, token_bitmask, bitmask_index)[0]
     target = _gather_rows(predicted, rows, -1)  # (bs, N)
     drafts = _gather_rows(draft_tokens.to(torch.int64), draft_index, -1)  # (bs, S)
+    _record_read_drafts(drafts, draft_index, total, _vocab_of(target_predict))
     allowed = token_allowed(token_bitmask, bitmask_index, rows[:, :max_drafts].clamp(min=0), drafts, rows=total + bs)
     matches = (drafts == target[:, :max_drafts]) & (drafts >= 0) & allowed
     num_correct = matches.to(torch.int64).cumprod(dim=1).sum(dim=1)

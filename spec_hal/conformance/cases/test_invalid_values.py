@@ -207,7 +207,15 @@ FLAGGED_RULES = {
        for op in ("verify_greedy", "verify_sampling")},
     **{f"{op} next_sibling -2": ((op, "tree.retrieve_next_sibling", 6), lambda op=op: _with(op, tree__retrieve_next_sibling=_set(6, -2)))
        for op in ("verify_greedy", "verify_sampling")},
-    # the ragged op records its drafts at their padded index b * max_drafts + j (counts [2, 0, 3],
+    # the greedy ragged op records the drafts it reads at their flat index into draft_tokens
+    # (counts [2, 0, 3]: every one of the 5 drafts is read); V only from logits, as above
+    "verify_chain_ragged draft id -3": (("verify_chain_ragged", "draft_tokens", 3),
+                                        lambda: _with("verify_chain_ragged", draft_tokens=_set(3, -3))),
+    "verify_chain_ragged draft ids past V of the logits": (("verify_chain_ragged", "draft_tokens", 1), lambda: _with(
+        "verify_chain_ragged", draft_tokens=_set_many({4: 12, 1: 40}), target_predict=torch.randn(8, 12, generator=torch.Generator().manual_seed(10)))),
+    "verify_chain_ragged draft id past any token id is no error": ((None, None, None),
+                                                                   lambda: _with("verify_chain_ragged", draft_tokens=_set(2, 10**6))),
+    # the sampling ragged op records its drafts at their padded index b * max_drafts + j (counts [2, 0, 3],
     # max_drafts 3: flat drafts 3 and 4 are request 2's drafts 1 and 2, padded 7 and 8)
     "verify_chain_sampling_ragged draft ids past V and -2": (("verify_chain_sampling", "draft_ids", 7),
                                                              lambda: _with("verify_chain_sampling_ragged",
