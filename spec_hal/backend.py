@@ -105,6 +105,7 @@ def bind_op(spec: OpSpec, provider_fn: Callable) -> Callable:
     call.__name__ = call.__qualname__ = spec.name
     call.__doc__ = spec.reference.__doc__
     call.__wrapped__ = spec.reference
+    call.parts = (check, provider_fn)  # for spec_hal.ops.dispatch, which inlines this function's body
     return call
 
 

@@ -6,7 +6,8 @@ backend explicitly use ``spec_hal.get_backend(name).<op>(...)``.
 
 The hot path. An eager call finds its tensors' device, looks the device up in the op's own cache
 and calls what it finds: the op's metadata check and the provider, bound once per backend
-(``Backend.bound``). Selection, probing and registry work happen on the first call per device
+(``Backend.bound``; ``dispatch`` runs that callable's two parts itself, one Python frame fewer
+per call). Selection, probing and registry work happen on the first call per device
 only; :func:`spec_hal.selection.reset` empties the caches (tests, or after changing
 ``SPEC_HAL_BACKEND`` in a running process).
 
@@ -21,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from .backend import signature_error
 from .registry import op_spec
 from .selection import backend_for_device
 
@@ -88,7 +90,8 @@ def dispatcher(name: str) -> Callable:
     spec = op_spec(name)
     register()
     lookup = _device_cache(name)
-    cache = lookup.cache
+    parts: dict = {}  # device -> (check, provider) of the bound op: its body inlined, one frame fewer a call
+    _DEVICE_CACHES.append(parts)
     is_compiling = torch.compiler.is_compiling
 
     def dispatch(*args, **kwargs):
@@ -97,10 +100,18 @@ def dispatcher(name: str) -> Callable:
 
             return call_custom_op(name, args, kwargs)
         device = _first_tensor_device(args, kwargs)
-        call = cache.get(device)
-        if call is None:
-            call = lookup(device)
-        return call(*args, **kwargs)
+        found = parts.get(device)
+        if found is None:
+            found = parts[device] = lookup(device).parts
+        check, provider = found
+        try:
+            check(*args, **kwargs)
+        except TypeError:  # as Backend.bound's callable: a call that does not fit names spec_hal.<op>
+            error = signature_error(spec, args, kwargs)
+            if error is None:
+                raise
+            raise error from None
+        return provider(*args, **kwargs)
 
     functools.update_wrapper(dispatch, spec.reference)
     dispatch.__module__ = "spec_hal"
