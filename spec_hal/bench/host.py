@@ -54,12 +54,14 @@ _SECONDS_PER_MEASUREMENT = 0.5
 
 def _time(fn, device, timing) -> Optional[float]:
     try:
+        fn()  # the first call may compile: calibrate on the second
+        harness.synchronize(device)
         begin = time.perf_counter()
         fn()
         harness.synchronize(device)
-        first_s = time.perf_counter() - begin
-        affordable = int(_SECONDS_PER_MEASUREMENT / (timing["trials"] * max(first_s, 1e-9)))
-        calls = max(3, min(timing["calls"], affordable))
+        one_s = time.perf_counter() - begin
+        affordable = int(_SECONDS_PER_MEASUREMENT / (timing["trials"] * max(one_s, 1e-9)))
+        calls = max(min(20, timing["calls"]), min(timing["calls"], affordable))
         return harness.host_time_s(fn, device, calls=calls, trials=timing["trials"])
     except Exception as exc:
         print(f"  (host timing failed: {type(exc).__name__}: {str(exc)[:120]})", file=sys.stderr)
@@ -77,7 +79,7 @@ def run(ctx: Context) -> list[Table]:
     launch, launch_note = bare_triton_launch(device)
     bare_s = _time(launch, device, timing) if launch is not None else None
     table = Table("host", f"host overhead per eager call on backend {backend.name} (tiny inputs, bs = 1)", COLUMNS, notes=[
-        f"Wall time per call over {timing['calls']} back-to-back eager calls (fewer, at least 3, where one call is slow; "
+        f"Wall time per call over {timing['calls']} back-to-back eager calls (fewer, at least 20, where one call is slow; "
         f"median of {timing['trials']}), device "
         "synchronised around each batch of calls; inputs from spec_hal/bench/examples.py (S = 3, K = 4, N = 8).", launch_note,
         "Goals (issue 15): single-launch ops at most 1.5x the bare launch; no op slower than its torch reference.",
