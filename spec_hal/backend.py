@@ -96,10 +96,7 @@ def bind_op(spec: OpSpec, provider_fn: Callable) -> Callable:
         try:
             check(*args, **kwargs)
         except TypeError:
-            error = signature_error(spec, args, kwargs)
-            if error is None:
-                raise
-            raise error from None
+            reraise_as_signature_error(spec, args, kwargs)
         return provider_fn(*args, **kwargs)
 
     call.__name__ = call.__qualname__ = spec.name
@@ -107,6 +104,15 @@ def bind_op(spec: OpSpec, provider_fn: Callable) -> Callable:
     call.__wrapped__ = spec.reference
     call.parts = (check, provider_fn)  # for spec_hal.ops.dispatch, which inlines this function's body
     return call
+
+
+def reraise_as_signature_error(spec: OpSpec, args: tuple, kwargs: dict) -> None:
+    """Called inside ``except TypeError`` of a check: raise a TypeError naming ``spec_hal.<op>``
+    when the call does not fit the op's signature, else re-raise the check's own TypeError."""
+    error = signature_error(spec, args, kwargs)
+    if error is None:
+        raise  # the TypeError being handled by the caller
+    raise error from None
 
 
 def signature_error(spec: OpSpec, args: tuple, kwargs: dict) -> Optional[TypeError]:

@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from .backend import signature_error
+from .backend import reraise_as_signature_error
 from .registry import op_spec
 from .selection import backend_for_device
 
@@ -107,10 +107,7 @@ def dispatcher(name: str) -> Callable:
         try:
             check(*args, **kwargs)
         except TypeError:  # as Backend.bound's callable: a call that does not fit names spec_hal.<op>
-            error = signature_error(spec, args, kwargs)
-            if error is None:
-                raise
-            raise error from None
+            reraise_as_signature_error(spec, args, kwargs)
         return provider(*args, **kwargs)
 
     functools.update_wrapper(dispatch, spec.reference)

@@ -35,7 +35,6 @@ import torch
 
 from . import checks
 from .masks import check_bitmask
-from .error_flag import record as record_invalid
 from .registry import register_op
 from .types import Verdict
 from .masks import token_allowed
@@ -146,17 +145,6 @@ def fake_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_prob
     return fake_verdict(draft_tokens, num_draft_tokens.shape[0], max_drafts + 1, max_drafts + 1)
 
 
-def _record_read_drafts(drafts: torch.Tensor, draft_index: torch.Tensor, total: int, vocab: Optional[int]) -> None:
-    """The greedy rule for a draft id outside [0, V) (no match: it is compared, never
-    dereferenced), recorded for the drafts the match reads: ``drafts`` (bs, S) gathered at
-    ``draft_index`` (-1: padding, not read), at their flat index into draft_tokens (clamped into
-    [0, T) as the gather is). V is known only from logits; with token ids only ids < -1 count."""
-    read = draft_index >= 0
-    invalid = read & (drafts < -1) if vocab is None else read & ((drafts < -1) | (drafts >= vocab))
-    record_invalid("verify_chain_ragged", "draft_tokens", invalid, rule="token ids in [0, V) (or -1 padding)",
-                   index=draft_index.clamp(0, max(total - 1, 0)))
-
-
 @register_op("verify_chain_ragged", family="ragged", check=check_verify_chain_ragged, fake=fake_verify_chain_ragged)
 def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, target_predict: torch.Tensor, *, max_drafts: int,
                         token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
@@ -183,7 +171,9 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
     predicted = target_tokens(target_predict, 1, total + bs, token_bitmask, bitmask_index)[0]
     target = _gather_rows(predicted, rows, -1)  # (bs, N)
     drafts = _gather_rows(draft_tokens.to(torch.int64), draft_index, -1)  # (bs, S)
-    _record_read_drafts(drafts, draft_index, total, _vocab_of(target_predict))
+    # The drafts the match reads, at their flat index (clamped into [0, T) as the gather is).
+    read_at = torch.where(draft_index >= 0, draft_index.clamp(max=max(total - 1, 0)), draft_index)
+    record_token_ids("verify_chain_ragged", "draft_tokens", drafts, _vocab_of(target_predict), index=read_at)
     allowed = token_allowed(token_bitmask, bitmask_index, rows[:, :max_drafts].clamp(min=0), drafts, rows=total + bs)
     matches = (drafts == target[:, :max_drafts]) & (drafts >= 0) & allowed
     num_correct = matches.to(torch.int64).cumprod(dim=1).sum(dim=1)

@@ -285,16 +285,18 @@ def check_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, fin
         record_token_ids("verify_chain_sampling", "draft_ids", draft_ids, vocab)
 
 
-def record_token_ids(op: str, name: str, ids: torch.Tensor, vocab: Optional[int]) -> None:
+def record_token_ids(op: str, name: str, ids: torch.Tensor, vocab: Optional[int], *, index: Optional[torch.Tensor] = None) -> None:
     """The rule for a token id outside [0, V): probability 0 in the sampling tests, no match in the
     greedy ones (never dereferenced), so never accepted. Ids < -1 or >= V are recorded in the
     error flag (first flat index; -1 is padding, as in the ragged layout, and is not), or raise
     InvalidInput naming ``name`` in checked mode. ``vocab`` None (greedy ops given the target's
-    token ids, not logits): V is unknown, only ids < -1 are recorded."""
-    if vocab is None:
-        record_invalid(op, name, ids < -1, rule="token ids >= 0 (or -1 padding)")
-    else:
-        record_invalid(op, name, (ids < -1) | (ids >= vocab), rule=f"token ids in [0, {vocab}) (or -1 padding)")
+    token ids, not logits): V is unknown, only ids < -1 are recorded. ``index``: ``ids`` were
+    gathered from the argument at these flat positions (-1: a slot that read nothing)."""
+    invalid = ids < -1 if vocab is None else (ids < -1) | (ids >= vocab)
+    if index is not None:
+        invalid = invalid & (index >= 0)
+    rule = "token ids >= 0 (or -1 padding)" if vocab is None else f"token ids in [0, {vocab}) (or -1 padding)"
+    record_invalid(op, name, invalid, rule=rule, index=index)
 
 
 def record_tree_links(op: str, tree: DraftTree) -> None:
