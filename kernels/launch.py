@@ -111,7 +111,8 @@ def runtime_specialized(target: KernelTarget, kernel, signature: dict, constexpr
     * an int equal to 1 becomes a constexpr (a unit stride makes a load contiguous, so vectorised);
     * an int that fits in 32 bits is ``i32`` (else ``i64``); a multiple of 16 and every pointer get
       ``tt.divisibility`` 16;
-    * on AMD, pointers also get ``tt.pointer_range`` 32 (buffer ops, on by default).
+    * on AMD, pointers also get ``tt.pointer_range`` 32 (buffer ops, on by default);
+    * an int the kernel lists in ``do_not_specialize`` gets none of this: only its type.
 
     ``attrs`` is ASTSource's: ``{(argument index,): [[attribute, value], ...]}``. The generic specs
     (no attrs) are what a launch with misaligned pointers compiles, so both kinds belong in
@@ -121,10 +122,13 @@ def runtime_specialized(target: KernelTarget, kernel, signature: dict, constexpr
     ints = [name for name, kind in signature.items() if kind in ("i32", "i64")]
     if sorted(ints) != sorted(values):
         raise ValueError(f"values must give exactly the int arguments {ints}, got {sorted(values)}")
+    unspecialized = {kernel.arg_names[i] if isinstance(i, int) else i for i in getattr(kernel, "do_not_specialize", ())}
     for name, kind in signature.items():
         index = (kernel.arg_names.index(name),)
         if kind.startswith("*"):
             attrs[index] = [["tt.divisibility", 16]] + ([["tt.pointer_range", 32]] if target.vendor == "amd" else [])
+        elif name in unspecialized:
+            signature[name] = "i32" if -2**31 <= values[name] < 2**31 else "i64"
         elif name in values and values[name] == 1:
             signature[name] = "constexpr"
             constexprs[name] = 1

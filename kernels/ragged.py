@@ -31,12 +31,15 @@ from .verify import (MaskArgs, _chain_sampling_kernel, _merge_argmax, _pow2, _ta
                      chain_sampling_signature, launch_chain_sampling, sampling_launch, walk_launch)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_drafts", "total_rows"])  # sizes that change every batch (kernels/verify.py: _chain_sampling_kernel)
 def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_drafts, total_rows,
                                 mask_ptr, index_ptr, num_masks, mask_width,
                                 predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, max_drafts, vocab, flag_ptr, flag_code,
-                                BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
-                                HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
+                                bonus_ptr, BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
+                                HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, BONUS: tl.constexpr):
+    """BONUS: the draft-aligned layout (spec_hal/ragged.py): request b's draft j and its target
+    row are both flat index starts[b] + j, and lane c_b (c_b cut at the flat end) holds
+    bonus[b]. Otherwise target rows r_b + j (j <= c_b), draft j at r_b + j - b."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     req64 = req.to(tl.int64)
@@ -46,18 +49,27 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
     count = tl.minimum(tl.maximum(count, 0), max_drafts)
     start = tl.load(starts_ptr + req, mask=req_ok, other=0)
     rows = start[:, None] + lanes[None, :]
-    row_ok = req_ok[:, None] & (lanes[None, :] <= count[:, None]) & (rows < total_rows)
+    if BONUS:
+        count = tl.minimum(count, tl.maximum(total_rows - start, 0))  # the drafts that fit before the flat end
+        row_ok = req_ok[:, None] & (lanes[None, :] < count[:, None])
+        draft_index = tl.minimum(rows, num_drafts - 1)
+        next_ok = row_ok & (draft_index >= 0)
+    else:
+        row_ok = req_ok[:, None] & (lanes[None, :] <= count[:, None]) & (rows < total_rows)
+        # Draft j is checked against row j; it sits at flat index (row of draft j) - (b + 1),
+        # clamped into [0, T) exactly as the reference's gather.
+        draft_index = tl.minimum(tl.maximum(rows - req64[:, None], 0), num_drafts - 1)  # -1 only when T = 0
+        next_ok = req_ok[:, None] & (lanes[None, :] + 1 <= count[:, None]) & (rows + 1 < total_rows) & (draft_index >= 0)
     if FROM_LOGITS:
         target = tl.where(row_ok, _merge_argmax(tile_max_ptr, tile_id_ptr, rows, row_ok, num_tiles, TILES_PAD), -1)
     else:
         target = tl.load(target_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
-    # Draft j is checked against row j; it sits at flat index (row of draft j) - (b + 1), clamped
-    # into [0, T) exactly as the reference's gather.
-    draft_index = tl.minimum(tl.maximum(rows - req64[:, None], 0), num_drafts - 1)  # -1 only when T = 0
-    next_ok = req_ok[:, None] & (lanes[None, :] + 1 <= count[:, None]) & (rows + 1 < total_rows) & (draft_index >= 0)
+    if BONUS:
+        bonus = tl.load(bonus_ptr + req, mask=req_ok, other=-1).to(tl.int64)
+        target = tl.where(lanes[None, :] == count[:, None], bonus[:, None], target)
     drafts = tl.load(drafts_ptr + draft_index, mask=next_ok, other=-1).to(tl.int64)
-    # The reference's record of the drafts it reads (spec_hal.ragged._record_read_drafts): ids
-    # < -1, or >= V when V is known (vocab < 0: token-id targets), at their flat index.
+    # The reference's record of the drafts it reads (verify.record_token_ids): ids < -1, or >= V
+    # when V is known (vocab < 0: token-id targets), at their flat index.
     record_invalid(flag_ptr, flag_code, next_ok & ((drafts < -1) | ((vocab >= 0) & (drafts >= vocab))), draft_index)
     mismatch = (next_ok == 0) | (drafts != target) | (drafts < 0)
     if HAS_MASK:
@@ -78,23 +90,27 @@ _DRAFTS_CODE = error_flag.code("verify_chain_ragged", "draft_tokens")
 
 def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, target_predict: torch.Tensor, *, max_drafts: int,
                         token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
-                        out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+                        bonus_tokens: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_ragged`` (arguments validated by the caller)."""
     bs, total, nodes, out = _ragged_verdict(draft_tokens, num_draft_tokens, max_drafts, out)
     if bs == 0:
         return out
-    counts, starts = chain_layout(num_draft_tokens, max_drafts)
+    if total == 0 and bonus_tokens is not None:
+        return _bonus_only(bonus_tokens, out)
+    bonus_rows = bonus_tokens is None
+    counts, starts = chain_layout(num_draft_tokens, max_drafts, bonus_rows=bonus_rows)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = walk_launch(target, bs, nodes)
     warps = _warps(target, config)
     drafts = draft_tokens.contiguous() if total else counts  # an empty tensor may have no address
     _ragged_chain_greedy_kernel[(cdiv(bs, config.requests),)](
-        drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total + bs, *masks.args,
+        drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total + bs if bonus_rows else total, *masks.args,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts,
         target_predict.shape[-1] if from_logits else -1, error_flag.flag(out.predict.device), _DRAFTS_CODE,
+        counts if bonus_rows else bonus_tokens.contiguous(),  # counts: a placeholder, never read
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
-        num_warps=warps,
+        BONUS=not bonus_rows, num_warps=warps,
     )
     return out
 
@@ -102,24 +118,46 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
 def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor],
                                  target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor, *, max_drafts: int,
                                  token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
-                                 out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
+                                 bonus_tokens: Optional[torch.Tensor] = None, out: Optional[Verdict] = None,
+                                 target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_sampling_ragged``: the chain sampling kernel reads the flat rows in place (RAGGED)."""
     bs, total, nodes, out = _ragged_verdict(draft_tokens, num_draft_tokens, max_drafts, out)
     if bs == 0:
         return out
-    counts, starts = chain_layout(num_draft_tokens, max_drafts)
-    # The reference's padding past the flat end (counts that break the layout): at most
-    # T + bs - 1 - r_b drafts, and -1 where the root row itself is past the end (final token 0).
-    counts = torch.minimum(counts, total + bs - 1 - starts).clamp_(min=-1)
-    root_past_end = counts < 0
+    if total == 0 and bonus_tokens is not None:
+        return _bonus_only(bonus_tokens, out)
+    bonus_rows = bonus_tokens is None
+    counts, starts = chain_layout(num_draft_tokens, max_drafts, bonus_rows=bonus_rows)
+    root_past_end = None
+    if bonus_rows:
+        # The reference's padding past the flat end (counts that break the layout): at most
+        # T + bs - 1 - r_b drafts, and -1 where the root row itself is past the end (final token 0).
+        # (Draft-aligned, the kernel cuts a chain at the flat end itself: its bonus token follows.)
+        counts = torch.minimum(counts, total + bs - 1 - starts).clamp_(min=-1)
+        root_past_end = counts < 0
     if total:
         draft_tokens, coins = draft_tokens.contiguous(), coins.contiguous()
     else:  # T = 0: every lane is padding; an empty tensor may have no address
         draft_tokens, coins = counts, final_coins
         draft_probs = target_probs if draft_probs is not None else None
     launch_chain_sampling(draft_tokens, draft_probs, target_probs, coins, final_coins, steps=max_drafts, token_bitmask=token_bitmask,
-                          bitmask_index=bitmask_index, out=out, target=target, ragged=(counts, starts))
-    out.predict.view(bs, nodes)[:, 0].masked_fill_(root_past_end, 0)  # the padded zero row's token
+                          bitmask_index=bitmask_index, out=out, target=target, ragged=(counts, starts), bonus_tokens=bonus_tokens)
+    if root_past_end is not None:
+        out.predict.view(bs, nodes)[:, 0].masked_fill_(root_past_end, 0)  # the padded zero row's token
+    return out
+
+
+def _bonus_only(bonus_tokens: torch.Tensor, out: Verdict) -> Verdict:
+    """The verdict of a draft-aligned batch without drafts (T = 0: no target row to read): every
+    request accepts nothing and emits its bonus token."""
+    bs = bonus_tokens.shape[0]
+    predict = out.predict.view(bs, -1)
+    predict.fill_(-1)
+    predict[:, 0] = bonus_tokens
+    out.accept_index.fill_(-1)
+    out.accept_index[:, 0] = torch.arange(0, bs * predict.shape[1], predict.shape[1], dtype=torch.int32, device=predict.device)
+    out.num_correct.zero_()
+    out.accept_lens.fill_(1)
     return out
 
 
@@ -146,21 +184,24 @@ def compile_specs(target: KernelTarget):
     for bs, max_drafts, num_tiles in ((64, 5, 38), (256, 7, 1), (3, 3, 1)):
         nodes = max_drafts + 1
         config = walk_launch(target, bs, nodes)
-        for from_logits, target_type in ((True, "*fp32"), (False, "*i64"), (False, "*i32")):
-            for has_mask, has_index in ((False, False), (True, False), (True, True)):
+        # (from logits, target ids type, bonus tokens type: BONUS, the draft-aligned layout, unless None)
+        variants = [(True, "*fp32", None), (False, "*i64", None), (False, "*i32", None), (True, "*fp32", "*i64"), (False, "*i64", "*i32")]
+        for from_logits, target_type, bonus_type in variants:
+            for has_mask, has_index in ((False, False), (True, False), (True, True)) if bonus_type is None else ((False, False), (True, True)):
                 mask_type = "*i32"  # the placeholder without a mask is out.predict (int32)
                 signature = {"drafts_ptr": "*i64", "counts_ptr": "*i64", "starts_ptr": "*i64", "target_ptr": target_type,
                              "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "num_drafts": "i32", "total_rows": "i32",
                              "mask_ptr": mask_type, "index_ptr": "*i64" if has_index else mask_type, "num_masks": "i32", "mask_width": "i32",
                              "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32",
-                             "bs": "i32", "max_drafts": "i32", "vocab": "i32", "flag_ptr": "*i64", "flag_code": "i64", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILES_PAD": "constexpr",
-                             "FROM_LOGITS": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr"}
+                             "bs": "i32", "max_drafts": "i32", "vocab": "i32", "flag_ptr": "*i64", "flag_code": "i64",
+                             "bonus_ptr": bonus_type or "*i64", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILES_PAD": "constexpr",
+                             "FROM_LOGITS": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "BONUS": "constexpr"}
                 constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILES_PAD": _pow2(num_tiles if from_logits else 1),
-                              "FROM_LOGITS": from_logits, "HAS_MASK": has_mask, "HAS_INDEX": has_index}
+                              "FROM_LOGITS": from_logits, "HAS_MASK": has_mask, "HAS_INDEX": has_index, "BONUS": bonus_type is not None}
                 specs.append((_ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config)))
                 specs.append(runtime_specialized(target, _ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config),
                                                  values={"num_tiles": num_tiles if from_logits else 1, "num_drafts": bs * max_drafts // 2,
-                                                         "total_rows": bs * max_drafts // 2 + bs, "num_masks": bs * nodes if has_mask else 0,
+                                                         "total_rows": bs * max_drafts // 2 + (bs if bonus_type is None else 0), "num_masks": bs * nodes if has_mask else 0,
                                                          "mask_width": 4748 if has_mask else 0, "bs": bs, "max_drafts": max_drafts,
                                                          "vocab": 151936 if from_logits else -1, "flag_code": _DRAFTS_CODE}))
     specs += _chain_sampling_specs(target)
@@ -170,7 +211,9 @@ def compile_specs(target: KernelTarget):
 def _chain_sampling_specs(target: KernelTarget) -> list:
     """``_chain_sampling_kernel`` with RAGGED, as ``verify_chain_sampling_ragged`` launches it:
     with and without draft probabilities, unmasked and (at the production shape) with a mask
-    without an index and with an int32/int64 index; int64 drafts, and int32 (vLLM's) once."""
+    without an index and with an int32/int64 index; int64 drafts, and int32 (vLLM's) once; and
+    the draft-aligned layout (BONUS, as ``spec_hal.compat.vllm`` launches it: int32 drafts, int64
+    bonus tokens, unmasked)."""
     specs = []
     for bs, max_drafts, vocab, total in ((64, 5, 151936, 160), (1, 3, 32000, 1), (3, 3, 29, 5)):
         nodes = max_drafts + 1
@@ -178,13 +221,14 @@ def _chain_sampling_specs(target: KernelTarget) -> list:
         masks = [("*i32", "*i32", False, False)]
         if bs == 64:
             masks += [("*i32", "*i32", True, False), ("*i32", "*i32", True, True), ("*i32", "*i64", True, True)]
-        drafts_types = ("*i64", "*i32") if bs == 64 else ("*i64",)
-        for drafts_type in drafts_types:
+        layouts = [("*i64", False), ("*i32", False), ("*i32", True)] if bs == 64 else [("*i64", False), ("*i32", True)]
+        for drafts_type, bonus in layouts:
             for mask_type, index_type, has_mask, has_index in masks if drafts_type == "*i64" else masks[:1]:
                 for has_draft_probs in (True, False):
-                    signature = {**chain_sampling_signature(drafts_type, "*i64"), "mask_ptr": mask_type, "index_ptr": index_type,
-                                 "num_masks": "i32", "mask_width": "i32", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr"}
-                    constexprs = {**chain_sampling_constexprs(config, nodes, ragged=True), "HAS_DRAFT_PROBS": has_draft_probs,
+                    signature = {**chain_sampling_signature(drafts_type, "*i64", "*i64" if bonus else "*i32"), "mask_ptr": mask_type,
+                                 "index_ptr": index_type, "num_masks": "i32", "mask_width": "i32", "HAS_MASK": "constexpr",
+                                 "HAS_INDEX": "constexpr"}
+                    constexprs = {**chain_sampling_constexprs(config, nodes, ragged=True, bonus=bonus), "HAS_DRAFT_PROBS": has_draft_probs,
                                   "HAS_MASK": has_mask, "HAS_INDEX": has_index}
                     specs.append((_chain_sampling_kernel, signature, constexprs, config.warps))
                     specs.append(runtime_specialized(target, _chain_sampling_kernel, signature, constexprs, config.warps, values={
@@ -192,7 +236,8 @@ def _chain_sampling_specs(target: KernelTarget) -> list:
                         "stride_pb": 0, "stride_pn": vocab, "stride_pv": 1, "bs": bs, "steps": max_drafts, "vocab": vocab,
                         "sums_width": config.sums_width, "tiles_per_chunk": config.tiles_per_chunk,
                         "num_masks": total + bs if has_mask else 0, "mask_width": cdiv(vocab, 32) if has_mask else 0,
-                        "flag_code": error_flag.code("verify_chain_sampling", "draft_ids"), "num_drafts": total, "total_rows": total + bs}))
+                        "flag_code": error_flag.code("verify_chain_sampling", "draft_ids"), "num_drafts": total,
+                        "total_rows": total if bonus else total + bs}))
     return specs
 
 

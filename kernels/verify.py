@@ -450,20 +450,26 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
     record_invalid(flag_ptr, flag_code, ok & ((cand < -1) | ((vocab >= 0) & (cand >= vocab))), ids)
 
 
-@triton.jit
+# The ragged layout's sizes change with every batch: specialising them (== 1, multiples of 16)
+# would compile up to three variants for no gain (they bound lanes, never address vectors), and
+# at bs = T = 1 the constant-folded variant kept an 8 B local frame on sm_90 (Triton 3.9).
+@triton.jit(do_not_specialize=["num_drafts", "total_rows"])
 def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
                            coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
                            sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
-                           flag_ptr, flag_code, passed_ptr, counts_ptr, starts_ptr, num_drafts, total_rows,
+                           flag_ptr, flag_code, passed_ptr, counts_ptr, starts_ptr, num_drafts, total_rows, bonus_ptr,
                            BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, NB_PAD: tl.constexpr,
                            SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr,
-                           COUNT_PASSED: tl.constexpr, RAGGED: tl.constexpr):
+                           COUNT_PASSED: tl.constexpr, RAGGED: tl.constexpr, BONUS: tl.constexpr):
     """RAGGED: the flat layout of spec_hal/ragged.py (``verify_chain_sampling_ragged``), read in
     place: request b's target row j is flat row starts[b] + j, its draft j flat index
     starts[b] - b + j (clamped into [0, T) as the reference's gather); lanes past counts[b] or
     past the flat end are the padded layout's padding (draft -1, coin 0, q = 0); counts[b] = -1:
-    the root row is past the flat end (its final token is the caller's to set). Otherwise (and
-    for the error flag's index, b * S + j) the padded (bs, S) / (bs, S+1) layout."""
+    the root row is past the flat end (its final token is the caller's to set). RAGGED and BONUS:
+    the draft-aligned layout (T target rows): draft j and its target row are both flat index
+    starts[b] + j, a chain is cut at the flat end, and a fully accepted chain ends with bonus[b]
+    (no row is read for it). Otherwise (and for the error flag's index, b * S + j) the padded
+    (bs, S) / (bs, S+1) layout."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)  # step s (0-based) drafts x_{s+1}; node k of the chain
@@ -474,8 +480,12 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         count = tl.load(counts_ptr + req, mask=req_ok, other=0).to(tl.int64)  # <= S; -1: root row past the flat end
         first_row = tl.load(starts_ptr + req, mask=req_ok, other=0).to(tl.int64)
         rows = first_row[:, None] + lanes[None, :]
-        draft_at = tl.minimum(tl.maximum(rows - req64[:, None], 0), num_drafts - 1)
-        step_ok = step_ok & (lanes[None, :] < count[:, None]) & (rows + 1 < total_rows) & (draft_at >= 0)  # draft_at -1 only when T = 0
+        if BONUS:  # draft j is target row j's own flat index
+            draft_at = tl.minimum(rows, num_drafts - 1)
+            step_ok = step_ok & (lanes[None, :] < count[:, None]) & (rows < total_rows)
+        else:
+            draft_at = tl.minimum(tl.maximum(rows - req64[:, None], 0), num_drafts - 1)
+            step_ok = step_ok & (lanes[None, :] < count[:, None]) & (rows + 1 < total_rows) & (draft_at >= 0)  # draft_at -1 only when T = 0
         p_rows = rows * stride_pn
         q_rows = draft_at * stride_qn
         mask_rows = rows
@@ -528,6 +538,9 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         p_row = req64 * stride_pb + lane * stride_pn
         q_row = req64 * stride_qb + tl.minimum(lane, steps - 1) * stride_qn
         final_mask_row = req64 * (steps + 1) + lane
+    # The requests whose final token is sampled: all but a draft-aligned chain accepted whole
+    # (BONUS: its bonus token is emitted, no row is read).
+    sampled = use_q if BONUS else req_ok
     sums_base = req64 * (2 * sums_width)
     first_tile = tl.program_id(1) * tiles_per_chunk
     end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
@@ -541,14 +554,16 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         rejected_lane = (lanes[None, :] == num_correct[:, None]) & use_q[:, None] & draft_ok
         rejected_tokens = tl.where(rejected_lane, drafts, -1)
         rejected_q = tl.where(rejected_lane, _quantize(p), 0)
-    _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, rejected_tokens, rejected_q,
+    _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
                 BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
     if _finishing(counter_ptr, req, req_ok, SPLIT):
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
-        final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, req_ok, rejected_tokens,
+        final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens,
                                   final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained, mask_width,
                                   SUB, NB_PAD, PIECE, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
+        if BONUS:
+            final = tl.where(sampled, final, tl.load(bonus_ptr + req, mask=req_ok, other=0).to(tl.int64))
         nodes = steps + 1
         node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
         predict = tl.where(lanes[None, :] < num_correct[:, None], drafts, tl.where(lanes[None, :] == num_correct[:, None], final[:, None], -1))
@@ -845,12 +860,12 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
 def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor, coins: torch.Tensor,
                           final_coins: torch.Tensor, *, steps: int, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor],
                           out: Verdict, target: KernelTarget, ragged: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-                          passed_counts: Optional[torch.Tensor] = None) -> None:
+                          passed_counts: Optional[torch.Tensor] = None, bonus_tokens: Optional[torch.Tensor] = None) -> None:
     """Launch ``_chain_sampling_kernel`` into ``out`` (bs >= 1). Padded: draft_ids and coins (bs, S)
     contiguous, probabilities (bs, S(+1), V) or flat. ``ragged``: (counts, starts) (bs,) int64 of
     ``spec_hal.ragged.chain_layout``; draft_ids, coins (T,) and draft_probs (T, V) the flat tensors
     (stand-ins of the same dtype when T = 0: never read), target_probs (T + bs, V): nothing is
-    gathered."""
+    gathered. ``bonus_tokens`` (bs,) with ``ragged``: the draft-aligned layout, target_probs (T, V)."""
     bs = final_coins.shape[0]
     nodes = steps + 1
     vocab = target_probs.shape[-1]
@@ -864,7 +879,8 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         counts, starts = ragged
         q_strides = (0, *draft_probs.stride()) if has_draft_probs else (0, 0, 0)
         p_strides = (0, *target_probs.stride())
-        num_drafts, total_rows = target_probs.shape[0] - bs, target_probs.shape[0]  # T, T + bs
+        total_rows = target_probs.shape[0]  # T + bs, or T draft-aligned
+        num_drafts = total_rows - bs if bonus_tokens is None else total_rows
     config = sampling_launch(target, bs, nodes, vocab)
     sums, counters = _final_token_scratch(bs, config, final_coins.device)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
@@ -873,10 +889,10 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         coins, final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
         sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(final_coins.device),
         _CHAIN_SAMPLING_CODE, out.num_correct if passed_counts is None else passed_counts,
-        counts, starts, num_drafts, total_rows,
+        counts, starts, num_drafts, total_rows, out.num_correct if bonus_tokens is None else bonus_tokens.contiguous(),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
         SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, COUNT_PASSED=passed_counts is not None,
-        RAGGED=ragged is not None, num_warps=config.warps,
+        RAGGED=ragged is not None, BONUS=bonus_tokens is not None, num_warps=config.warps,
     )
 
 
@@ -897,22 +913,23 @@ _LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
 _SHAPES = ((1, 4, 32000, 3), (64, 8, 151936, 5), (256, 32, 151936, 5), (3, 6, 8, 5), (4, 8, 16, 3), (1, 64, 151936, 6))
 
 
-def chain_sampling_signature(drafts_type: str, layout_type: str) -> dict:
+def chain_sampling_signature(drafts_type: str, layout_type: str, bonus_type: str = "*i32") -> dict:
     """``_chain_sampling_kernel``'s signature without the mask arguments and flags: draft ids of
-    ``drafts_type``, counts/starts of ``layout_type`` (int32 placeholders padded, int64 ragged)."""
+    ``drafts_type``, counts/starts of ``layout_type`` (int32 placeholders padded, int64 ragged),
+    bonus tokens of ``bonus_type`` (an int32 placeholder unless BONUS)."""
     return {"draft_ids_ptr": drafts_type, "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
             "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
             "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32", "bs": "i32", "steps": "i32",
             "vocab": "i32", "sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32", "flag_ptr": "*i64",
             "flag_code": "i64", "passed_ptr": "*i32", "counts_ptr": layout_type, "starts_ptr": layout_type, "num_drafts": "i32", "total_rows": "i32",
-            "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILE_V": "constexpr", "SUB": "constexpr", "NB_PAD": "constexpr", "SPLIT": "constexpr",
-            "HAS_DRAFT_PROBS": "constexpr", "COUNT_PASSED": "constexpr", "RAGGED": "constexpr"}
+            "bonus_ptr": bonus_type, "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILE_V": "constexpr", "SUB": "constexpr", "NB_PAD": "constexpr",
+            "SPLIT": "constexpr", "HAS_DRAFT_PROBS": "constexpr", "COUNT_PASSED": "constexpr", "RAGGED": "constexpr", "BONUS": "constexpr"}
 
 
-def chain_sampling_constexprs(config: SamplingLaunch, nodes: int, ragged: bool = False) -> dict:
+def chain_sampling_constexprs(config: SamplingLaunch, nodes: int, ragged: bool = False, bonus: bool = False) -> dict:
     """The launch constexprs of ``launch_chain_sampling`` (without passed_counts) but HAS_DRAFT_PROBS and the mask flags."""
     return {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILE_V": config.tile_v, "SUB": config.sub, "NB_PAD": config.nb_pad,
-            "SPLIT": config.chunks > 1, "COUNT_PASSED": False, "RAGGED": ragged}
+            "SPLIT": config.chunks > 1, "COUNT_PASSED": False, "RAGGED": ragged, "BONUS": bonus}
 
 
 def compile_specs(target: KernelTarget):

@@ -21,11 +21,23 @@ the target's token, masked argmax with ``token_bitmask``) and ``verify_chain_sam
 sampling with q, or one-hot q when ``draft_probs`` is None) over its ``c_b`` drafts: identical to
 the padded ops on the padded chain, and bit-identical on every backend.
 
+Draft-aligned layout (vLLM's), selected by passing ``bonus_tokens`` (bs,): the target was run
+on the T draft positions only: row ``d_b + j`` is the target at request b's draft j (the token
+its draft j is tested against), and the token after a fully accepted chain is the caller's
+``bonus_tokens[b]`` (sampled by the engine from the row after the last draft), so no bonus rows
+sit between the requests. ``target_predict`` / ``target_probs`` / ``bitmask_index`` then have T
+rows; the verdict is the one the bonus-row layout gives with request b's bonus row predicting
+``bonus_tokens[b]``: with its padding at -1, ``verdict.predict.view(bs, S + 1)`` is vLLM's
+rejection-sampler output as it stands. The bonus tokens are emitted as given (not checked
+against V: they are the engine's own samples).
+
 Bad input: counts of the wrong shape or dtype, flat tensors whose lengths disagree
-(``target`` rows != T + bs) are rejected from shapes; counts that are negative, exceed
+(``target`` rows != T + bs, or T with ``bonus_tokens``) are rejected from shapes; counts that are negative, exceed
 ``max_drafts`` or do not sum to T are value errors, checked only in checked mode
 (``SPEC_HAL_CHECKS=1``, a sync); without it they give a defined verdict (counts clamped to
-[0, max_drafts], rows past the flat end read as padding) and never an out-of-bounds access.
+[0, max_drafts], rows past the flat end read as padding: in the draft-aligned layout a request's
+chain ends at the flat end, its bonus token following the drafts that fit) and never an
+out-of-bounds access.
 """
 from __future__ import annotations
 
@@ -46,24 +58,37 @@ from .verify import (MAX_TREE_STEPS, _check_probs, _check_target_predict, _check
 # layout
 
 
-def chain_layout(num_draft_tokens: torch.Tensor, max_drafts: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(counts (bs,) int64 clamped to [0, max_drafts], target row starts r_b (bs,) int64). No sync."""
+def chain_layout(num_draft_tokens: torch.Tensor, max_drafts: int, *, bonus_rows: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(counts (bs,) int64 clamped to [0, max_drafts], each request's first target row (bs,)
+    int64: r_b = d_b + b with bonus rows, d_b in the draft-aligned layout). No sync."""
     counts = num_draft_tokens.to(torch.int64).clamp(0, max_drafts)
-    starts = torch.cumsum(counts + 1, dim=0) - (counts + 1)
-    return counts, starts
+    rows = counts + 1 if bonus_rows else counts
+    return counts, torch.cumsum(rows, dim=0) - rows
 
 
-def padded_rows(num_draft_tokens: torch.Tensor, max_drafts: int, total_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def padded_rows(num_draft_tokens: torch.Tensor, max_drafts: int, total_rows: int, *, bonus_rows: bool = True
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(target rows (bs, S+1), draft indices (bs, S)) int64 of each padded chain position, -1
-    past the request's count or past the flat end."""
-    counts, starts = chain_layout(num_draft_tokens, max_drafts)
+    past the request's count or past the flat end. With bonus rows lane j <= c_b reads row r_b + j
+    and draft j sits at r_b + j + 1 - (b + 1); draft-aligned, lane j < c_b reads row d_b + j, which
+    is also draft j's index (lane c_b is the caller's bonus token: no row)."""
+    counts, starts = chain_layout(num_draft_tokens, max_drafts, bonus_rows=bonus_rows)
     lanes = torch.arange(max_drafts + 1, dtype=torch.int64, device=counts.device)
     rows = starts[:, None] + lanes[None, :]
-    rows = torch.where((lanes[None, :] <= counts[:, None]) & (rows < total_rows), rows, torch.full_like(rows, -1))
+    in_chain = lanes[None, :] <= counts[:, None] if bonus_rows else lanes[None, :] < counts[:, None]
+    rows = torch.where(in_chain & (rows < total_rows), rows, torch.full_like(rows, -1))
+    if not bonus_rows:
+        return rows, rows[:, :max_drafts]
     bs = counts.shape[0]
     draft_index = rows[:, 1:] - torch.arange(1, bs + 1, device=counts.device)[:, None]  # r_b + j + 1 - (b + 1) = d_b + j
     draft_index = torch.where(rows[:, 1:] >= 0, draft_index, torch.full_like(draft_index, -1))
     return rows, draft_index
+
+
+def _bonus_lanes(draft_index: torch.Tensor) -> torch.Tensor:
+    """(bs, 1) int64: the lane after each request's drafts that fit in the flat layout (where the
+    draft-aligned layout's bonus token goes)."""
+    return (draft_index >= 0).sum(dim=1, keepdim=True)
 
 
 def _gather_rows(flat: torch.Tensor, index: torch.Tensor, fill) -> torch.Tensor:
@@ -99,13 +124,21 @@ def _check_counts(draft_tokens, num_draft_tokens, max_drafts) -> tuple[int, int,
     return total, bs, device
 
 
+def _target_rows(total: int, bs: int, bonus_tokens, device) -> int:
+    """T + bs target rows, or T (draft-aligned) with ``bonus_tokens`` (checked here: (bs,) ids)."""
+    if bonus_tokens is None:
+        return total + bs
+    checks.tensor("bonus_tokens", bonus_tokens, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs,))
+    return total
+
+
 def check_verify_chain_ragged(draft_tokens, num_draft_tokens, target_predict, *, max_drafts, token_bitmask=None, bitmask_index=None,
-                              out=None) -> None:
+                              bonus_tokens=None, out=None) -> None:
     total, bs, device = _check_counts(draft_tokens, num_draft_tokens, max_drafts)
-    rows = total + bs
+    rows = _target_rows(total, bs, bonus_tokens, device)
     _check_target_predict("target_predict", target_predict, 1, rows, device)
     if token_bitmask is not None and not target_predict.dtype.is_floating_point:
-        raise checks.InvalidInput("target_predict", "logits (T + bs, V) when token_bitmask is given", "token ids")
+        raise checks.InvalidInput("target_predict", "logits (rows, V) when token_bitmask is given", "token ids")
     check_bitmask(token_bitmask, bitmask_index, rows=rows, vocab=target_predict.shape[-1] if token_bitmask is not None else None,
                   device=device)
     _check_verdict_out(out, bs, max_drafts + 1, max_drafts + 1, device)
@@ -114,18 +147,19 @@ def check_verify_chain_ragged(draft_tokens, num_draft_tokens, target_predict, *,
 
 
 def check_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, final_coins, *, max_drafts,
-                                       token_bitmask=None, bitmask_index=None, out=None) -> None:
+                                       token_bitmask=None, bitmask_index=None, bonus_tokens=None, out=None) -> None:
     total, bs, device = _check_counts(draft_tokens, num_draft_tokens, max_drafts)
+    rows = _target_rows(total, bs, bonus_tokens, device)
     # flat (rows, V) only: _check_probs also takes (1, rows, V), which the flat gathers cannot
     checks.tensor("target_probs", target_probs, ndim=2)
-    vocab = _check_probs("target_probs", target_probs, 1, total + bs, device)
+    vocab = _check_probs("target_probs", target_probs, 1, rows, device)
     if draft_probs is not None:
         checks.tensor("draft_probs", draft_probs, ndim=2)
     if draft_probs is not None and _check_probs("draft_probs", draft_probs, 1, total, device) != vocab:
         raise checks.InvalidInput("draft_probs", f"the vocabulary of target_probs (V = {vocab})", f"shape {tuple(draft_probs.shape)}")
     checks.tensor("coins", coins, dtypes=(torch.float32,), device=device, shape=(total,))
     checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
-    check_bitmask(token_bitmask, bitmask_index, rows=total + bs, vocab=vocab, device=device)
+    check_bitmask(token_bitmask, bitmask_index, rows=rows, vocab=vocab, device=device)
     _check_verdict_out(out, bs, max_drafts + 1, max_drafts + 1, device)
     if checks.value_checks_enabled():
         record_token_ids("verify_chain_sampling_ragged", "draft_tokens", draft_tokens, vocab)
@@ -136,29 +170,32 @@ def check_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_pro
 
 
 def fake_verify_chain_ragged(draft_tokens, num_draft_tokens, target_predict, *, max_drafts, token_bitmask=None, bitmask_index=None,
-                             out=None) -> Verdict:
+                             bonus_tokens=None, out=None) -> Verdict:
     return fake_verdict(draft_tokens, num_draft_tokens.shape[0], max_drafts + 1, max_drafts + 1)
 
 
 def fake_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, final_coins, *, max_drafts,
-                                      token_bitmask=None, bitmask_index=None, out=None) -> Verdict:
+                                      token_bitmask=None, bitmask_index=None, bonus_tokens=None, out=None) -> Verdict:
     return fake_verdict(draft_tokens, num_draft_tokens.shape[0], max_drafts + 1, max_drafts + 1)
 
 
 @register_op("verify_chain_ragged", family="ragged", check=check_verify_chain_ragged, fake=fake_verify_chain_ragged)
 def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, target_predict: torch.Tensor, *, max_drafts: int,
                         token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
-                        out: Optional[Verdict] = None) -> Verdict:
+                        bonus_tokens: Optional[torch.Tensor] = None, out: Optional[Verdict] = None) -> Verdict:
     """Greedy chain verification of a ragged batch (layout: module docstring).
 
     Args:
         draft_tokens: (T,) int32/int64 flat drafts.
         num_draft_tokens: (bs,) int32/int64 drafts per request, 0..max_drafts, summing to T.
-        target_predict: the target's token per flat row, (T + bs,) int32/int64 ids, or logits
-            (T + bs, V) float (argmax fused: NaN as -inf, ties to the lower id).
+        target_predict: the target's token per flat row, (rows,) int32/int64 ids, or logits
+            (rows, V) float (argmax fused: NaN as -inf, ties to the lower id); rows = T + bs, or T
+            with ``bonus_tokens``.
         max_drafts: S of the padded verdict (static, e.g. the engine's num_speculative_tokens).
         token_bitmask, bitmask_index: optional vocabulary mask per target row (spec_hal/masks.py;
             needs logits).
+        bonus_tokens: optional (bs,) int32/int64: the draft-aligned layout (T target rows, this
+            token after a fully accepted chain).
         out: optional Verdict of contiguous int32 buffers (N = max_drafts + 1).
 
     Returns:
@@ -166,15 +203,18 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
         (bs, N), num_correct, accept_lens).
     """
     total, bs = draft_tokens.shape[0], num_draft_tokens.shape[0]
-    nodes = max_drafts + 1
-    rows, draft_index = padded_rows(num_draft_tokens, max_drafts, total + bs)
-    predicted = target_tokens(target_predict, 1, total + bs, token_bitmask, bitmask_index)[0]
+    nodes, bonus_rows = max_drafts + 1, bonus_tokens is None
+    target_rows = total + bs if bonus_rows else total
+    rows, draft_index = padded_rows(num_draft_tokens, max_drafts, target_rows, bonus_rows=bonus_rows)
+    predicted = target_tokens(target_predict, 1, target_rows, token_bitmask, bitmask_index)[0]
     target = _gather_rows(predicted, rows, -1)  # (bs, N)
+    if not bonus_rows:  # the caller's bonus token in the lane after the drafts that fit
+        target = target.scatter(1, _bonus_lanes(draft_index), bonus_tokens.to(torch.int64)[:, None])
     drafts = _gather_rows(draft_tokens.to(torch.int64), draft_index, -1)  # (bs, S)
     # The drafts the match reads, at their flat index (clamped into [0, T) as the gather is).
     read_at = torch.where(draft_index >= 0, draft_index.clamp(max=max(total - 1, 0)), draft_index)
     record_token_ids("verify_chain_ragged", "draft_tokens", drafts, _vocab_of(target_predict), index=read_at)
-    allowed = token_allowed(token_bitmask, bitmask_index, rows[:, :max_drafts].clamp(min=0), drafts, rows=total + bs)
+    allowed = token_allowed(token_bitmask, bitmask_index, rows[:, :max_drafts].clamp(min=0), drafts, rows=target_rows)
     matches = (drafts == target[:, :max_drafts]) & (drafts >= 0) & allowed
     num_correct = matches.to(torch.int64).cumprod(dim=1).sum(dim=1)
     lanes = torch.arange(nodes, device=target.device)[None, :].expand(bs, nodes)
@@ -187,7 +227,7 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
 def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor],
                                  target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor, *, max_drafts: int,
                                  token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
-                                 out: Optional[Verdict] = None) -> Verdict:
+                                 bonus_tokens: Optional[torch.Tensor] = None, out: Optional[Verdict] = None) -> Verdict:
     """Chain rejection sampling of a ragged batch (layout: module docstring; per request exactly
     ``verify_chain_sampling`` over its c_b drafts).
 
@@ -195,31 +235,43 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
         draft_tokens: (T,) int32/int64 flat drafts; num_draft_tokens: (bs,) counts summing to T.
         draft_probs: (T, V) float32 draft distribution of each draft, or None (one-hot q:
             n-gram / prompt-lookup drafts).
-        target_probs: (T + bs, V) float32 target distribution per flat target row.
+        target_probs: (rows, V) float32 target distribution per flat target row (rows = T + bs,
+            or T with ``bonus_tokens``).
         coins: (T,) float32 in [0, 1), one per draft; final_coins: (bs,) float32.
         max_drafts: S of the padded verdict.
         token_bitmask, bitmask_index: optional vocabulary mask per target row.
+        bonus_tokens: optional (bs,) int32/int64: the draft-aligned layout (T target rows; this
+            token, not a sample, after a fully accepted chain).
         out: optional Verdict of contiguous int32 buffers (N = max_drafts + 1).
     """
     drafts, q, p, step_coins, index = padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins,
-                                                                   max_drafts=max_drafts, token_bitmask=token_bitmask, bitmask_index=bitmask_index)
-    return verify_chain_sampling(drafts, q, p, step_coins, final_coins, token_bitmask=token_bitmask, bitmask_index=index, out=out)
+                                                                   max_drafts=max_drafts, token_bitmask=token_bitmask,
+                                                                   bitmask_index=bitmask_index, bonus_rows=bonus_tokens is None)
+    verdict = verify_chain_sampling(drafts, q, p, step_coins, final_coins, token_bitmask=token_bitmask, bitmask_index=index, out=out)
+    if bonus_tokens is not None:  # a fully accepted chain (its drafts that fit) ends with the caller's bonus token
+        bonus_lane = _bonus_lanes(padded_rows(num_draft_tokens, max_drafts, draft_tokens.shape[0], bonus_rows=False)[1])
+        predict = verdict.predict.view(drafts.shape[0], max_drafts + 1)
+        all_accepted = verdict.num_correct.to(torch.int64)[:, None] == bonus_lane
+        predict.scatter_(1, bonus_lane, torch.where(all_accepted, bonus_tokens.to(torch.int64)[:, None],
+                                                    predict.gather(1, bonus_lane).to(torch.int64)).to(predict.dtype))
+    return verdict
 
 
 def padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, *, max_drafts: int,
-                                 token_bitmask=None, bitmask_index=None) -> tuple:
+                                 token_bitmask=None, bitmask_index=None, bonus_rows: bool = True) -> tuple:
     """The reference's gather of ``verify_chain_sampling_ragged`` into ``verify_chain_sampling``'s
     padded layout (S = max_drafts; the Triton kernel reads the flat rows in place): (drafts (bs, S) int64 -1
     padded, q (bs, S, V) or None, p (bs, S+1, V), coins (bs, S), mask index of the padded rows
-    (bs*(S+1),) int64 or None)."""
+    (bs*(S+1),) int64 or None). ``bonus_rows`` False: the draft-aligned layout (T target rows)."""
     total, bs = draft_tokens.shape[0], num_draft_tokens.shape[0]
-    rows, draft_index = padded_rows(num_draft_tokens, max_drafts, total + bs)
+    target_rows = total + bs if bonus_rows else total
+    rows, draft_index = padded_rows(num_draft_tokens, max_drafts, target_rows, bonus_rows=bonus_rows)
     drafts = _gather_rows(draft_tokens.to(torch.int64), draft_index, -1)
     p = _gather_rows(target_probs, rows, 0.0)
     q = _gather_rows(draft_probs, draft_index, 0.0) if draft_probs is not None else None
     step_coins = _gather_rows(coins, draft_index, 0.0)
     index = None
     if token_bitmask is not None:  # padded row -> the flat row's mask row; padding unconstrained
-        flat_index = bitmask_index.to(torch.int64) if bitmask_index is not None else torch.arange(total + bs, device=rows.device)
+        flat_index = bitmask_index.to(torch.int64) if bitmask_index is not None else torch.arange(target_rows, device=rows.device)
         index = _gather_rows(flat_index, rows, -1).reshape(-1)
     return drafts, q, p, step_coins, index

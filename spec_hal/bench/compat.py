@@ -5,7 +5,7 @@ Per function and size: device time of the compat call and of the native call on 
 and whether it is within the budget of issue 18 (at most 10% or 5 us over the native op,
 whichever is larger). The compat call includes what the wrapper adds (argument checks under the
 upstream names, buffer views, the copy into the caller's buffers, coins drawn from the generator
-where the upstream function draws its own, the padding of vLLM's ragged layout). Functions that
+where the upstream function draws its own, the device copy of a new count pattern). Functions that
 wrap no native op (top-k/top-p renormalisation and softmax, compat-owned PyTorch; the filtered
 samplers, whose filters are) are timed beside the native op doing comparable work, without a
 budget verdict. sgl_kernel's renormalisation and sampler names are the same functions as
@@ -105,38 +105,32 @@ def _chain_inputs(bs, steps, vocab, device):
 
 
 def _vllm_rows(ctx, table, bs, steps, vocab, chain, *, ragged: bool):
-    """vllm.rejection_sample on flat requests. Equal counts: beside ``verify_chain_sampling`` on the
-    same chains already padded (the op it calls; it takes vLLM's rows in place). Mixed counts:
-    beside the native ragged ops on the same requests (their layout: T + bs target rows, a bonus
-    row per request; vLLM's: T rows and the bonus tokens), which gather into the padded layout as
-    the wrapper does."""
+    """vllm.rejection_sample on flat requests (every request at S drafts, or S and S/2
+    alternating), random and greedy, beside the native ragged op it calls on the same inputs in
+    vLLM's layout (``bonus_tokens=``: T target rows and the bonus tokens) with the coins given."""
     from ..compat import vllm
 
     device, backend, timing = ctx.device, ctx.backend, ctx.timing
     draft_probs, target_probs, draft_ids, coins, final_coins = chain
     counts = [steps if b % 2 == 0 or not ragged else max(steps // 2, 1) for b in range(bs)]
     counts_t = torch.tensor(counts, device=device)
-    lanes = torch.arange(steps + 1, device=device)[None, :]
-    has_draft, has_row = lanes[:, :steps] < counts_t[:, None], lanes <= counts_t[:, None]
-    flat_ids, flat_draft, flat_coins = draft_ids[has_draft], draft_probs[has_draft], coins[has_draft]
-    vllm_target, ragged_target = target_probs[:, :steps][has_draft], target_probs[has_row]
+    has_draft = torch.arange(steps, device=device)[None, :] < counts_t[:, None]
+    flat_ids, flat_draft, flat_coins, flat_target = draft_ids[has_draft], draft_probs[has_draft], coins[has_draft], target_probs[:, :steps][has_draft]
     cu = counts_t.cumsum(0).to(torch.int32)
     bonus = torch.zeros(bs, 1, dtype=torch.int32, device=device)  # vLLM's sampler emits int32 ids
     size = dict(bs=bs, nodes=steps + 1, vocab=vocab)
+    shape = "ragged counts S, S/2" if ragged else f"{steps} drafts each"
     random = SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(bs, device=device), generators={})
-    compat = _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, flat_draft, vllm_target, bonus, random), device, timing)
-    if ragged:
-        _add(table, "vllm.rejection_sample (all random, ragged counts S, S/2)", "verify_chain_sampling_ragged", compat,
-             _time(lambda: backend.verify_chain_sampling_ragged(flat_ids, counts_t, flat_draft, ragged_target, flat_coins, final_coins,
-                                                                max_drafts=steps), device, timing), **size)
-        vllm_logits, ragged_logits = vllm_target.log(), ragged_target.log()
-        greedy = SimpleNamespace(all_greedy=True, all_random=False, temperature=torch.zeros(bs, device=device), generators={})
-        _add(table, "vllm.rejection_sample (all greedy, ragged counts S, S/2)", "verify_chain_ragged (logits)",
-             _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, None, vllm_logits, bonus, greedy), device, timing),
-             _time(lambda: backend.verify_chain_ragged(flat_ids, counts_t, ragged_logits, max_drafts=steps), device, timing), **size)
-    else:
-        _add(table, f"vllm.rejection_sample (all random, {steps} drafts each)", "verify_chain_sampling (padded given)", compat,
-             _time(lambda: backend.verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins), device, timing), **size)
+    _add(table, f"vllm.rejection_sample (all random, {shape})", "verify_chain_sampling_ragged (vLLM layout)",
+         _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, flat_draft, flat_target, bonus, random), device, timing),
+         _time(lambda: backend.verify_chain_sampling_ragged(flat_ids, counts_t, flat_draft, flat_target, flat_coins, final_coins,
+                                                            max_drafts=steps, bonus_tokens=bonus.view(bs)), device, timing), **size)
+    logits = flat_target.log()
+    greedy = SimpleNamespace(all_greedy=True, all_random=False, temperature=torch.zeros(bs, device=device), generators={})
+    _add(table, f"vllm.rejection_sample (all greedy, {shape})", "verify_chain_ragged (logits, vLLM layout)",
+         _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, None, logits, bonus, greedy), device, timing),
+         _time(lambda: backend.verify_chain_ragged(flat_ids, counts_t, logits, max_drafts=steps, bonus_tokens=bonus.view(bs)), device, timing),
+         **size)
 
 
 def _chain_rows(ctx, table, bs, steps, vocab):
@@ -145,10 +139,11 @@ def _chain_rows(ctx, table, bs, steps, vocab):
     device, backend, timing = ctx.device, ctx.backend, ctx.timing
     chain = _chain_inputs(bs, steps, vocab, device)
     draft_probs, target_probs, draft_ids, coins, final_coins = chain
-    _add(table, "flashinfer.chain_speculative_sampling", "verify_chain_sampling",
+    passed = torch.empty(bs, dtype=torch.int32, device=device)
+    _add(table, "flashinfer.chain_speculative_sampling", "verify_chain_sampling (passed_counts=)",
          _time(lambda: flashinfer.chain_speculative_sampling(draft_probs, draft_ids, target_probs), device, timing),
-         _time(lambda: backend.verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins), device, timing),
-         bs=bs, nodes=steps + 1, vocab=vocab)
+         _time(lambda: backend.verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, passed_counts=passed), device,
+               timing), bs=bs, nodes=steps + 1, vocab=vocab)
     _vllm_rows(ctx, table, bs, steps, vocab, chain, ragged=False)
     if steps > 1:
         _vllm_rows(ctx, table, bs, steps, vocab, chain, ragged=True)
@@ -216,10 +211,8 @@ def run(ctx: Context) -> list[Table]:
         "flashinfer.* and vllm.* draw their coins with torch.rand (as the upstream functions draw their own); the native "
         "call is given coins, so that draw is part of the overhead. chain_speculative_sampling's accepted count (drafts "
         "passing on their own) is written by the native kernel (verify_chain_sampling's passed_counts).",
-        "vllm.rejection_sample with equal draft counts is timed beside verify_chain_sampling on the same chains already "
-        "padded (it reads vLLM's rows in place and runs the last request as a second call); with mixed counts beside the "
-        "native ragged ops on the same requests (T + bs target rows; vLLM passes T rows and the bonus tokens), which gather "
-        "into the padded layout as the wrapper does.",
+        "vllm.rejection_sample is timed beside the native ragged op it calls, on the same flat inputs in vLLM's layout "
+        "(bonus_tokens=: T target rows and the bonus tokens).",
         "Rows marked 'n/a (not a wrapper)': the renormalisations and softmax are compat-owned PyTorch (process_logits "
         "quantises, docs/compat.md), timed beside process_logits doing the same processing; the filtered samplers run "
         "compat-owned filters before the native sample.",

@@ -146,6 +146,142 @@ def test_verify_chain_sampling_ragged_bounded(backend, name, with_draft_probs):
     assert_same_verdict(out, expected)
 
 
+# ------------------------------------------------------------------------------------------------
+# the draft-aligned layout (bonus_tokens: vLLM's T target rows, the engine's bonus token)
+
+
+def _with_bonus_rows(flat: torch.Tensor, counts: list[int], bonus_rows: torch.Tensor) -> torch.Tensor:
+    """The draft-aligned rows (T, ...) with request b's ``bonus_rows[b]`` inserted after its
+    drafts' rows: the bonus-row layout (T + bs, ...) of the same batch (by hand, not through
+    spec_hal.ragged)."""
+    parts, start = [], 0
+    for b, count in enumerate(counts):
+        parts += [flat[start:start + count], bonus_rows[b:b + 1]]
+        start += count
+    return torch.cat(parts) if parts else flat
+
+
+def _aligned_inputs(counts: list[int], vocab: int, *, seed: int):
+    """Flat drafts, counts, (T, V) logits whose row d_b + j often peaks at draft j, bonus tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    total, bs = sum(counts), len(counts)
+    drafts = torch.randint(0, vocab, (total,), generator=generator)
+    logits = torch.randn(total, vocab, generator=generator)
+    hits = torch.rand(total, generator=generator) < 0.8
+    logits[torch.arange(total)[hits], drafts[hits]] += 5.0
+    bonus = torch.randint(0, vocab, (bs,), generator=generator)
+    return drafts, torch.tensor(counts, dtype=torch.int64), logits, bonus
+
+
+@pytest.mark.spec_hal_op("verify_chain_ragged")
+@pytest.mark.parametrize("name", list(COUNTS))
+@pytest.mark.parametrize("form", ("ids", "logits", "logits_masked"))
+def test_verify_chain_ragged_draft_aligned(backend, name, form):
+    """bonus_tokens: T target rows; the verdict equals the reference's, and equals the bonus-row
+    layout's verdict on the same batch with each request's bonus token as its bonus row's target."""
+    counts = COUNTS[name]
+    vocab = 37
+    drafts, counts_t, logits, bonus = _aligned_inputs(counts, vocab, seed=len(counts) * 5 + len(form))
+    target = logits.argmax(dim=1) if form == "ids" else logits
+    kwargs = {}
+    if form == "logits_masked":
+        bitmask, index, _ = random_bitmask(len(drafts), vocab, seed=len(counts) + 2, indexed=True, density=0.8)
+        kwargs = {"token_bitmask": bitmask, "bitmask_index": index}
+    expected = reference.verify_chain_ragged(drafts, counts_t, target, max_drafts=MAX_DRAFTS, bonus_tokens=bonus, **kwargs)
+    verdict = call_without_sync(backend.device, backend.verify_chain_ragged, drafts, counts_t.to(torch.int32), target,
+                                max_drafts=MAX_DRAFTS, bonus_tokens=bonus.to(torch.int32), **kwargs)
+    assert_same_verdict(verdict, expected)
+    if form == "ids":  # independent oracle: the bonus-row layout with the bonus tokens as targets
+        with_bonus_rows = reference.verify_chain_ragged(drafts, counts_t, _with_bonus_rows(target, counts, bonus), max_drafts=MAX_DRAFTS)
+        assert_same_verdict(verdict, with_bonus_rows)
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
+@pytest.mark.parametrize("name", ("mixed", "all_zero", "all_full", "empty"))
+@pytest.mark.parametrize("with_draft_probs", (True, False))
+@pytest.mark.parametrize("masked", (False, True))
+def test_verify_chain_sampling_ragged_draft_aligned(backend, name, with_draft_probs, masked):
+    """bonus_tokens: T target rows; the verdict equals the reference's, and equals the bonus-row
+    layout's verdict (any bonus rows) except that a fully accepted chain ends with its bonus token."""
+    counts = COUNTS[name]
+    vocab = 29
+    drafts, counts_t, logits, bonus = _aligned_inputs(counts, vocab, seed=len(counts) + 13 * with_draft_probs + masked)
+    total, bs = len(drafts), len(counts)
+    generator = torch.Generator().manual_seed(total + 3 * bs)
+    target_probs = torch.softmax(logits, dim=1)
+    draft_probs = torch.softmax(torch.randn(total, vocab, generator=generator), dim=1) if with_draft_probs else None
+    coins, final_coins = torch.rand(total, generator=generator), torch.rand(bs, generator=generator)
+    kwargs = {}
+    if masked:
+        bitmask, index, _ = random_bitmask(total, vocab, seed=bs + 1, indexed=True, density=0.8)
+        kwargs = {"token_bitmask": bitmask, "bitmask_index": index}
+    expected = reference.verify_chain_sampling_ragged(drafts, counts_t, draft_probs, target_probs, coins, final_coins,
+                                                      max_drafts=MAX_DRAFTS, bonus_tokens=bonus, **kwargs)
+    verdict = call_without_sync(backend.device, backend.verify_chain_sampling_ragged, drafts, counts_t, draft_probs, target_probs, coins,
+                                final_coins, max_drafts=MAX_DRAFTS, bonus_tokens=bonus, **kwargs)
+    assert_same_verdict(verdict, expected)
+    if not masked:  # independent oracle: the bonus-row layout, then the bonus token after a whole chain
+        uniform_rows = torch.full((bs, vocab), 1.0 / vocab)
+        bonus_layout = reference.verify_chain_sampling_ragged(drafts, counts_t, draft_probs, _with_bonus_rows(target_probs, counts, uniform_rows),
+                                                              coins, final_coins, max_drafts=MAX_DRAFTS)
+        predict = bonus_layout.predict.view(bs, MAX_DRAFTS + 1).clone()
+        whole = bonus_layout.num_correct.long() == counts_t
+        predict[torch.arange(bs)[whole], counts_t[whole]] = bonus[whole].to(torch.int32)
+        assert verdict.num_correct.cpu().tolist() == bonus_layout.num_correct.tolist()
+        assert verdict.predict.cpu().tolist() == predict.view(-1).tolist()
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
+@pytest.mark.parametrize("name", list(BAD_COUNTS))
+@pytest.mark.parametrize("op", ("verify_chain_ragged", "verify_chain_sampling_ragged"))
+def test_draft_aligned_bounded(backend, name, op):
+    """The draft-aligned layout with strided inputs inside attractive margins, canary-guarded out=
+    buffers and counts that break the layout: the reference's result (a chain cut at the flat end,
+    its bonus token after the drafts that fit) and nothing outside the tensors read or written."""
+    counts, total = BAD_COUNTS[name]
+    bs, vocab = len(counts), 21
+    generator = torch.Generator().manual_seed(total * 5 + len(op))
+    drafts = torch.randint(0, vocab, (total,), generator=generator)
+    target_probs = torch.softmax(torch.randn(total, vocab, generator=generator) * 3, dim=1)
+    drafts = torch.where(torch.rand(total, generator=generator) < 0.7, target_probs.argmax(dim=1), drafts)
+    coins, final_coins = torch.rand(total, generator=generator), torch.rand(bs, generator=generator)
+    counts_t, bonus = torch.tensor(counts, dtype=torch.int32), torch.randint(0, vocab, (bs,), generator=generator)
+    device = backend.device
+    guards, out = _guarded_verdict(bs, MAX_DRAFTS + 1, MAX_DRAFTS + 1, device)
+    target = embedded_input(target_probs, device, margin_value=1.0)
+    if op == "verify_chain_ragged":
+        expected = reference.verify_chain_ragged(drafts, counts_t, target_probs, max_drafts=MAX_DRAFTS, bonus_tokens=bonus)
+        call = lambda: backend.verify_chain_ragged(drafts.to(device), counts_t.to(device), target, max_drafts=MAX_DRAFTS,
+                                                   bonus_tokens=bonus.to(device), out=out)
+    else:
+        expected = reference.verify_chain_sampling_ragged(drafts, counts_t, None, target_probs, coins, final_coins, max_drafts=MAX_DRAFTS,
+                                                          bonus_tokens=bonus)
+        call = lambda: backend.verify_chain_sampling_ragged(drafts.to(device), counts_t.to(device), None, target, coins.to(device),
+                                                            final_coins.to(device), max_drafts=MAX_DRAFTS, bonus_tokens=bonus.to(device),
+                                                            out=out)
+    with no_host_sync(device):
+        returned = call()
+    assert returned.predict.data_ptr() == out.predict.data_ptr(), "out= buffers were not used"
+    for guard, field in zip(guards, VERDICT_FIELDS):
+        guard.assert_intact(field)
+    assert_same_verdict(out, expected)
+
+
+@pytest.mark.spec_hal_op("verify_chain_ragged")
+def test_draft_aligned_rejects_bad_input(backend):
+    """bonus_tokens of the wrong shape or dtype, and targets with the bonus-row count of rows."""
+    device = backend.device
+    drafts, counts = torch.tensor([1, 2, 3], device=device), torch.tensor([1, 2], device=device)
+    logits, bonus = torch.zeros(3, 8, device=device), torch.tensor([4, 5], device=device)
+    assert_rejects(backend, "bonus_tokens", lambda b: b.verify_chain_ragged(drafts, counts, logits, max_drafts=2, bonus_tokens=bonus[:1]))
+    assert_rejects(backend, "bonus_tokens", lambda b: b.verify_chain_ragged(drafts, counts, logits, max_drafts=2, bonus_tokens=bonus.float()))
+    assert_rejects(backend, "target_predict", lambda b: b.verify_chain_ragged(drafts, counts, torch.zeros(5, 8, device=device), max_drafts=2,
+                                                                              bonus_tokens=bonus))
+    assert_rejects(backend, "target_probs", lambda b: b.verify_chain_sampling_ragged(
+        drafts, counts, None, torch.full((5, 8), 0.125, device=device), torch.zeros(3, device=device), torch.zeros(2, device=device),
+        max_drafts=2, bonus_tokens=bonus))
+
+
 @pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
 def test_verify_chain_sampling_ragged_batch_size_zero(backend):
     device = backend.device
