@@ -450,10 +450,11 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
     record_invalid(flag_ptr, flag_code, ok & ((cand < -1) | ((vocab >= 0) & (cand >= vocab))), ids)
 
 
-# The ragged layout's sizes change with every batch: specialising them (== 1, multiples of 16)
-# would compile up to three variants for no gain (they bound lanes, never address vectors), and
-# at bs = T = 1 the constant-folded variant kept an 8 B local frame on sm_90 (Triton 3.9).
-@triton.jit(do_not_specialize=["num_drafts", "total_rows"])
+# The batch's sizes change with every step: specialising them (== 1, multiples of 16) would
+# compile up to three variants for no gain (they bound lanes, never address vectors), and the
+# draft-aligned ragged variant specialised at bs = 1 kept an 8-16 B local frame on sm_90 and
+# sm_100 (Triton 3.9; 0 B unspecialised).
+@triton.jit(do_not_specialize=["bs", "num_drafts", "total_rows"])
 def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
                            coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
                            sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,

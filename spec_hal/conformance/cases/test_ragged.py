@@ -249,18 +249,17 @@ def test_draft_aligned_bounded(backend, name, op):
     device = backend.device
     guards, out = _guarded_verdict(bs, MAX_DRAFTS + 1, MAX_DRAFTS + 1, device)
     target = embedded_input(target_probs, device, margin_value=1.0)
+    on_device = _to(device, drafts, counts_t, coins, final_coins, bonus)  # copied before the no-sync guard
     if op == "verify_chain_ragged":
         expected = reference.verify_chain_ragged(drafts, counts_t, target_probs, max_drafts=MAX_DRAFTS, bonus_tokens=bonus)
-        call = lambda: backend.verify_chain_ragged(drafts.to(device), counts_t.to(device), target, max_drafts=MAX_DRAFTS,
-                                                   bonus_tokens=bonus.to(device), out=out)
+        call = lambda d, c, _coins, _final, b: backend.verify_chain_ragged(d, c, target, max_drafts=MAX_DRAFTS, bonus_tokens=b, out=out)
     else:
         expected = reference.verify_chain_sampling_ragged(drafts, counts_t, None, target_probs, coins, final_coins, max_drafts=MAX_DRAFTS,
                                                           bonus_tokens=bonus)
-        call = lambda: backend.verify_chain_sampling_ragged(drafts.to(device), counts_t.to(device), None, target, coins.to(device),
-                                                            final_coins.to(device), max_drafts=MAX_DRAFTS, bonus_tokens=bonus.to(device),
-                                                            out=out)
+        call = lambda d, c, step, final, b: backend.verify_chain_sampling_ragged(d, c, None, target, step, final, max_drafts=MAX_DRAFTS,
+                                                                                 bonus_tokens=b, out=out)
     with no_host_sync(device):
-        returned = call()
+        returned = call(*on_device)
     assert returned.predict.data_ptr() == out.predict.data_ptr(), "out= buffers were not used"
     for guard, field in zip(guards, VERDICT_FIELDS):
         guard.assert_intact(field)
