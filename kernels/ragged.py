@@ -7,7 +7,7 @@ tiles at its rows r_b .. r_b + c_b, matches the drafts and writes the padded Ver
 
 ``verify_chain_sampling_ragged``: ``kernels/verify.py``'s ``_chain_sampling_kernel`` with
 ``RAGGED``: it reads the (T + bs, V) target and (T, V) draft rows, the flat drafts and coins in
-place at each request's row starts (``spec_hal.ragged.chain_layout``), so no probability row is
+place at each request's row starts (``_chain_layout_kernel``: ``spec_hal.ragged.chain_layout`` in one launch), so no probability row is
 copied (the reference's gather into the padded layout ran ~5 passes over them). Lanes past a
 request's count are the padded layout's padding; invalid draft ids are recorded at their padded
 index, as the reference records them.
@@ -20,7 +20,6 @@ import torch
 import triton
 import triton.language as tl
 
-from spec_hal.ragged import chain_layout
 from spec_hal import error_flag
 from spec_hal.types import Verdict
 
@@ -64,9 +63,6 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
         target = tl.where(row_ok, _merge_argmax(tile_max_ptr, tile_id_ptr, rows, row_ok, num_tiles, TILES_PAD), -1)
     else:
         target = tl.load(target_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
-    if BONUS:
-        bonus = tl.load(bonus_ptr + req, mask=req_ok, other=-1).to(tl.int64)
-        target = tl.where(lanes[None, :] == count[:, None], bonus[:, None], target)
     drafts = tl.load(drafts_ptr + draft_index, mask=next_ok, other=-1).to(tl.int64)
     # The reference's record of the drafts it reads (verify.record_token_ids): ids < -1, or >= V
     # when V is known (vocab < 0: token-id targets), at their flat index.
@@ -76,6 +72,9 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
         base, constrained = mask_row_base(index_ptr, rows, row_ok, num_masks, mask_width, HAS_INDEX)
         mismatch = mismatch | (token_allowed(mask_ptr, base, constrained, drafts, next_ok, mask_width) == 0)
     num_correct = tl.min(tl.where(mismatch, lanes[None, :], N_PAD), axis=1)
+    if BONUS:  # lane c_b (never matched: no draft there) emits the bonus token; loaded last, kept live briefly
+        bonus = tl.load(bonus_ptr + req, mask=req_ok, other=-1).to(tl.int64)
+        target = tl.where(lanes[None, :] == count[:, None], bonus[:, None], target)
     node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
     on_path = lanes[None, :] <= num_correct[:, None]
     out = req64[:, None] * nodes + lanes[None, :]
@@ -83,6 +82,42 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
     tl.store(accept_ptr + out, tl.where(on_path, out, -1).to(tl.int32), mask=node_ok)
     tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
     tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
+
+
+LAYOUT_BLOCK = 1024  # counts per slice of the prefix sum (one program of 256 threads loops over bs / 1024 slices; 128 threads kept an 8 B frame on NVIDIA)
+
+
+@triton.jit(do_not_specialize=["bs", "total_rows"])  # sizes that change every batch
+def _chain_layout_kernel(counts_ptr, layout_ptr, bs, max_drafts, total_rows, BLOCK: tl.constexpr, BONUS_ROWS: tl.constexpr,
+                         CUT_AT_END: tl.constexpr):
+    """``spec_hal.ragged.chain_layout`` in one program: counts clamped to [0, max_drafts] at
+    layout_ptr[b], each request's first target row at layout_ptr[bs + b] (a running prefix sum
+    over BLOCK-wide slices of the counts). CUT_AT_END: the stored count is then cut to the rows
+    before the flat end, -1 where the first row itself is past it (the bonus-row sampling layout)."""
+    carry = tl.zeros([], dtype=tl.int64)
+    for first in range(0, bs, BLOCK):
+        index = first + tl.arange(0, BLOCK)
+        ok = index < bs
+        count = tl.load(counts_ptr + index, mask=ok, other=0).to(tl.int64)
+        count = tl.minimum(tl.maximum(count, 0), max_drafts)
+        rows = count + 1 if BONUS_ROWS else count
+        start = carry + tl.cumsum(rows, axis=0) - rows
+        if CUT_AT_END:
+            count = tl.maximum(tl.minimum(count, total_rows - 1 - start), -1)
+        tl.store(layout_ptr + index, count, mask=ok)
+        tl.store(layout_ptr + bs + index, start, mask=ok)
+        carry += tl.sum(rows, axis=0)
+
+
+def _chain_layout(num_draft_tokens: torch.Tensor, max_drafts: int, total_rows: int, *, bonus_rows: bool, cut_at_end: bool,
+                  target: KernelTarget) -> tuple[torch.Tensor, torch.Tensor]:
+    """(counts, starts) (bs,) int64 of ``spec_hal.ragged.chain_layout`` (counts cut at the flat end
+    with ``cut_at_end``) in one launch: the torch ops they replace were 3-5 launches (8 with the cut)."""
+    bs = num_draft_tokens.shape[0]
+    layout = torch.empty((2, bs), dtype=torch.int64, device=num_draft_tokens.device)
+    _chain_layout_kernel[(1,)](num_draft_tokens.contiguous(), layout, bs, max_drafts, total_rows, BLOCK=LAYOUT_BLOCK,
+                               BONUS_ROWS=bonus_rows, CUT_AT_END=cut_at_end, num_warps=target.warps(256))
+    return layout[0], layout[1]
 
 
 _DRAFTS_CODE = error_flag.code("verify_chain_ragged", "draft_tokens")
@@ -98,14 +133,15 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
     if total == 0 and bonus_tokens is not None:
         return _bonus_only(bonus_tokens, out)
     bonus_rows = bonus_tokens is None
-    counts, starts = chain_layout(num_draft_tokens, max_drafts, bonus_rows=bonus_rows)
+    total_rows = total + bs if bonus_rows else total
+    counts, starts = _chain_layout(num_draft_tokens, max_drafts, total_rows, bonus_rows=bonus_rows, cut_at_end=False, target=target)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = walk_launch(target, bs, nodes)
     warps = _warps(target, config)
     drafts = draft_tokens.contiguous() if total else counts  # an empty tensor may have no address
     _ragged_chain_greedy_kernel[(cdiv(bs, config.requests),)](
-        drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total + bs if bonus_rows else total, *masks.args,
+        drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total_rows, *masks.args,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts,
         target_predict.shape[-1] if from_logits else -1, error_flag.flag(out.predict.device), _DRAFTS_CODE,
         counts if bonus_rows else bonus_tokens.contiguous(),  # counts: a placeholder, never read
@@ -127,14 +163,11 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
     if total == 0 and bonus_tokens is not None:
         return _bonus_only(bonus_tokens, out)
     bonus_rows = bonus_tokens is None
-    counts, starts = chain_layout(num_draft_tokens, max_drafts, bonus_rows=bonus_rows)
-    root_past_end = None
-    if bonus_rows:
-        # The reference's padding past the flat end (counts that break the layout): at most
-        # T + bs - 1 - r_b drafts, and -1 where the root row itself is past the end (final token 0).
-        # (Draft-aligned, the kernel cuts a chain at the flat end itself: its bonus token follows.)
-        counts = torch.minimum(counts, total + bs - 1 - starts).clamp_(min=-1)
-        root_past_end = counts < 0
+    # The reference's padding past the flat end (counts that break the layout), bonus-row layout:
+    # at most T + bs - 1 - r_b drafts, and -1 where the root row itself is past the end (final
+    # token 0). Draft-aligned, the kernel cuts a chain at the flat end itself: its bonus token follows.
+    counts, starts = _chain_layout(num_draft_tokens, max_drafts, total + bs if bonus_rows else total, bonus_rows=bonus_rows,
+                                   cut_at_end=bonus_rows, target=target)
     if total:
         draft_tokens, coins = draft_tokens.contiguous(), coins.contiguous()
     else:  # T = 0: every lane is padding; an empty tensor may have no address
@@ -142,8 +175,8 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
         draft_probs = target_probs if draft_probs is not None else None
     launch_chain_sampling(draft_tokens, draft_probs, target_probs, coins, final_coins, steps=max_drafts, token_bitmask=token_bitmask,
                           bitmask_index=bitmask_index, out=out, target=target, ragged=(counts, starts), bonus_tokens=bonus_tokens)
-    if root_past_end is not None:
-        out.predict.view(bs, nodes)[:, 0].masked_fill_(root_past_end, 0)  # the padded zero row's token
+    if bonus_rows:
+        out.predict.view(bs, nodes)[:, 0].masked_fill_(counts < 0, 0)  # the padded zero row's token
     return out
 
 
@@ -180,7 +213,7 @@ PROVIDERS = {
 
 
 def compile_specs(target: KernelTarget):
-    specs = []
+    specs = _layout_specs(target)
     for bs, max_drafts, num_tiles in ((64, 5, 38), (256, 7, 1), (3, 3, 1)):
         nodes = max_drafts + 1
         config = walk_launch(target, bs, nodes)
@@ -205,6 +238,21 @@ def compile_specs(target: KernelTarget):
                                                          "mask_width": 4748 if has_mask else 0, "bs": bs, "max_drafts": max_drafts,
                                                          "vocab": 151936 if from_logits else -1, "flag_code": _DRAFTS_CODE}))
     specs += _chain_sampling_specs(target)
+    return specs
+
+
+def _layout_specs(target: KernelTarget) -> list:
+    """``_chain_layout_kernel`` as the three layouts launch it (greedy and sampling with bonus rows,
+    draft-aligned), int32 and int64 counts."""
+    specs = []
+    for counts_type in ("*i32", "*i64"):
+        for bonus_rows, cut_at_end in ((True, False), (True, True), (False, False)):
+            signature = {"counts_ptr": counts_type, "layout_ptr": "*i64", "bs": "i32", "max_drafts": "i32", "total_rows": "i32",
+                         "BLOCK": "constexpr", "BONUS_ROWS": "constexpr", "CUT_AT_END": "constexpr"}
+            constexprs = {"BLOCK": LAYOUT_BLOCK, "BONUS_ROWS": bonus_rows, "CUT_AT_END": cut_at_end}
+            specs.append((_chain_layout_kernel, signature, constexprs, target.warps(256)))
+            specs.append(runtime_specialized(target, _chain_layout_kernel, signature, constexprs, target.warps(256),
+                                             values={"bs": 64, "max_drafts": 5, "total_rows": 224}))
     return specs
 
 
