@@ -21,11 +21,16 @@ import triton
 import triton.language as tl
 
 from spec_hal import error_flag
+from spec_hal import sampling as stream_purposes  # the coin keying the counter-based stream shares with the from-logits ops
 from spec_hal.types import Verdict
 
 from .error_flag import record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv
 from .masks import mask_row_base, token_allowed
+from .sampling import _hash_key, _keyed_coin
+
+PURPOSE_ACCEPT = tl.constexpr(stream_purposes.PURPOSE_ACCEPT)
+PURPOSE_FINAL = tl.constexpr(stream_purposes.PURPOSE_FINAL)
 from .verify import (MaskArgs, _chain_sampling_kernel, _merge_argmax, _pow2, _target_source, _verdict_buffers, chain_sampling_constexprs,
                      chain_sampling_signature, launch_chain_sampling, sampling_launch, walk_launch)
 
@@ -87,13 +92,16 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
 LAYOUT_BLOCK = 1024  # counts per slice of the prefix sum (one program of 256 threads loops over bs / 1024 slices; 128 threads kept an 8 B frame on NVIDIA)
 
 
-@triton.jit(do_not_specialize=["bs", "total_rows"])  # sizes that change every batch
-def _chain_layout_kernel(counts_ptr, layout_ptr, bs, max_drafts, total_rows, BLOCK: tl.constexpr, BONUS_ROWS: tl.constexpr,
-                         CUT_AT_END: tl.constexpr):
+@triton.jit(do_not_specialize=["bs", "total_rows", "num_drafts"])  # sizes that change every batch
+def _chain_layout_kernel(counts_ptr, layout_ptr, bs, max_drafts, total_rows, rng_ptr, coins_ptr, num_drafts, BLOCK: tl.constexpr,
+                         BONUS_ROWS: tl.constexpr, CUT_AT_END: tl.constexpr, RNG: tl.constexpr):
     """``spec_hal.ragged.chain_layout`` in one program: counts clamped to [0, max_drafts] at
     layout_ptr[b], each request's first target row at layout_ptr[bs + b] (a running prefix sum
     over BLOCK-wide slices of the counts). CUT_AT_END: the stored count is then cut to the rows
-    before the flat end, -1 where the first row itself is past it (the bonus-row sampling layout)."""
+    before the flat end, -1 where the first row itself is past it (the bonus-row sampling layout).
+    RNG: also the coins of the counter-based stream at rng_ptr = [seed, counter]
+    (``spec_hal.ragged.stream_coins``: T step coins then bs final coins at coins_ptr), then the
+    counter + 1: one program, so no other reads the state while it changes."""
     carry = tl.zeros([], dtype=tl.int64)
     for first in range(0, bs, BLOCK):
         index = first + tl.arange(0, BLOCK)
@@ -107,17 +115,34 @@ def _chain_layout_kernel(counts_ptr, layout_ptr, bs, max_drafts, total_rows, BLO
         tl.store(layout_ptr + index, count, mask=ok)
         tl.store(layout_ptr + bs + index, start, mask=ok)
         carry += tl.sum(rows, axis=0)
+    if RNG:
+        seed = tl.load(rng_ptr).to(tl.int64)
+        counter = tl.load(rng_ptr + 1).to(tl.int64)
+        key = _hash_key(seed, counter)
+        for first in range(0, num_drafts + bs, BLOCK):
+            index = first + tl.arange(0, BLOCK)
+            is_final = index >= num_drafts
+            position = tl.where(is_final, index - num_drafts, index).to(tl.int64)
+            coin = tl.where(is_final, _keyed_coin(key, position, PURPOSE_FINAL), _keyed_coin(key, position, PURPOSE_ACCEPT))
+            tl.store(coins_ptr + index, coin, mask=index < num_drafts + bs)
+        tl.store(rng_ptr + 1, counter + 1)
 
 
 def _chain_layout(num_draft_tokens: torch.Tensor, max_drafts: int, total_rows: int, *, bonus_rows: bool, cut_at_end: bool,
-                  target: KernelTarget) -> tuple[torch.Tensor, torch.Tensor]:
+                  target: KernelTarget, rng_state: Optional[torch.Tensor] = None, num_drafts: int = 0):
     """(counts, starts) (bs,) int64 of ``spec_hal.ragged.chain_layout`` (counts cut at the flat end
-    with ``cut_at_end``) in one launch: the torch ops they replace were 3-5 launches (8 with the cut)."""
+    with ``cut_at_end``) in one launch: the torch ops they replace were 3-5 launches (8 with the
+    cut). With ``rng_state``, also (coins (T,), final coins (bs,)) of the stream, which it advances."""
     bs = num_draft_tokens.shape[0]
     layout = torch.empty((2, bs), dtype=torch.int64, device=num_draft_tokens.device)
-    _chain_layout_kernel[(1,)](num_draft_tokens.contiguous(), layout, bs, max_drafts, total_rows, BLOCK=LAYOUT_BLOCK,
-                               BONUS_ROWS=bonus_rows, CUT_AT_END=cut_at_end, num_warps=target.warps(256))
-    return layout[0], layout[1]
+    coins = torch.empty((num_drafts + bs,), dtype=torch.float32, device=layout.device) if rng_state is not None else None
+    _chain_layout_kernel[(1,)](num_draft_tokens.contiguous(), layout, bs, max_drafts, total_rows,
+                               layout if rng_state is None else rng_state, layout if coins is None else coins, num_drafts,
+                               BLOCK=LAYOUT_BLOCK, BONUS_ROWS=bonus_rows, CUT_AT_END=cut_at_end, RNG=rng_state is not None,
+                               num_warps=target.warps(256))
+    if coins is None:
+        return layout[0], layout[1]
+    return layout[0], layout[1], coins[:num_drafts], coins[num_drafts:]
 
 
 _DRAFTS_CODE = error_flag.code("verify_chain_ragged", "draft_tokens")
@@ -154,20 +179,23 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
 def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor],
                                  target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor, *, max_drafts: int,
                                  token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
-                                 bonus_tokens: Optional[torch.Tensor] = None, out: Optional[Verdict] = None,
-                                 target: KernelTarget) -> Verdict:
+                                 bonus_tokens: Optional[torch.Tensor] = None, rng_state: Optional[torch.Tensor] = None,
+                                 out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_sampling_ragged``: the chain sampling kernel reads the flat rows in place (RAGGED)."""
     bs, total, nodes, out = _ragged_verdict(draft_tokens, num_draft_tokens, max_drafts, out)
-    if bs == 0:
-        return out
-    if total == 0 and bonus_tokens is not None:
-        return _bonus_only(bonus_tokens, out)
+    if bs == 0 or (total == 0 and bonus_tokens is not None):  # nothing to sample; a stream still advances
+        if rng_state is not None:
+            rng_state[1:].add_(1)
+        return _bonus_only(bonus_tokens, out) if bs else out
     bonus_rows = bonus_tokens is None
     # The reference's padding past the flat end (counts that break the layout), bonus-row layout:
     # at most T + bs - 1 - r_b drafts, and -1 where the root row itself is past the end (final
     # token 0). Draft-aligned, the kernel cuts a chain at the flat end itself: its bonus token follows.
-    counts, starts = _chain_layout(num_draft_tokens, max_drafts, total + bs if bonus_rows else total, bonus_rows=bonus_rows,
-                                   cut_at_end=bonus_rows, target=target)
+    layout = _chain_layout(num_draft_tokens, max_drafts, total + bs if bonus_rows else total, bonus_rows=bonus_rows,
+                           cut_at_end=bonus_rows, target=target, rng_state=rng_state, num_drafts=total)
+    counts, starts = layout[:2]
+    if rng_state is not None:
+        coins, final_coins = layout[2:]
     if total:
         draft_tokens, coins = draft_tokens.contiguous(), coins.contiguous()
     else:  # T = 0: every lane is padding; an empty tensor may have no address

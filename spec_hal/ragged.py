@@ -31,6 +31,14 @@ rows; the verdict is the one the bonus-row layout gives with request b's bonus r
 rejection-sampler output as it stands. The bonus tokens are emitted as given (not checked
 against V: they are the engine's own samples).
 
+Coins of ``verify_chain_sampling_ragged``: the caller's ``coins`` (T,) and ``final_coins`` (bs,),
+or, with ``rng_state`` (2,) int64 ``[seed, counter]`` and both left None, a counter-based stream
+drawn on the device (no extra launch on the Triton backends, graph-safe): flat draft i's coin is
+``hash(seed, counter, i, ACCEPT)`` and request b's final coin ``hash(seed, counter, b, FINAL)``
+(``spec_hal.sampling.hash_coins``: the keying of the from-logits ops' seeded coins), and the op
+then adds 1 to ``rng_state[1]`` in place, so every call (and every CUDA-graph replay) draws fresh
+coins and the same state gives the same coins on every backend.
+
 Bad input: counts of the wrong shape or dtype, flat tensors whose lengths disagree
 (``target`` rows != T + bs, or T with ``bonus_tokens``) are rejected from shapes; counts that are negative, exceed
 ``max_drafts`` or do not sum to T are value errors, checked only in checked mode
@@ -146,8 +154,20 @@ def check_verify_chain_ragged(draft_tokens, num_draft_tokens, target_predict, *,
         record_token_ids("verify_chain_ragged", "draft_tokens", draft_tokens, _vocab_of(target_predict))
 
 
+def _check_coins(coins, final_coins, rng_state, total: int, bs: int, device) -> None:
+    """The caller's coins, or (both None) ``rng_state``: exactly one source."""
+    if rng_state is None:
+        checks.tensor("coins", coins, dtypes=(torch.float32,), device=device, shape=(total,))
+        checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
+        return
+    for name, value in (("coins", coins), ("final_coins", final_coins)):
+        if value is not None:
+            raise checks.InvalidInput(name, "None when rng_state is given (one source of coins)", "a tensor")
+    checks.tensor("rng_state", rng_state, dtypes=(torch.int64,), device=device, shape=(2,))
+
+
 def check_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, final_coins, *, max_drafts,
-                                       token_bitmask=None, bitmask_index=None, bonus_tokens=None, out=None) -> None:
+                                       token_bitmask=None, bitmask_index=None, bonus_tokens=None, rng_state=None, out=None) -> None:
     total, bs, device = _check_counts(draft_tokens, num_draft_tokens, max_drafts)
     rows = _target_rows(total, bs, bonus_tokens, device)
     # flat (rows, V) only: _check_probs also takes (1, rows, V), which the flat gathers cannot
@@ -157,8 +177,7 @@ def check_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_pro
         checks.tensor("draft_probs", draft_probs, ndim=2)
     if draft_probs is not None and _check_probs("draft_probs", draft_probs, 1, total, device) != vocab:
         raise checks.InvalidInput("draft_probs", f"the vocabulary of target_probs (V = {vocab})", f"shape {tuple(draft_probs.shape)}")
-    checks.tensor("coins", coins, dtypes=(torch.float32,), device=device, shape=(total,))
-    checks.tensor("final_coins", final_coins, dtypes=(torch.float32,), device=device, shape=(bs,))
+    _check_coins(coins, final_coins, rng_state, total, bs, device)
     check_bitmask(token_bitmask, bitmask_index, rows=rows, vocab=vocab, device=device)
     _check_verdict_out(out, bs, max_drafts + 1, max_drafts + 1, device)
     if checks.value_checks_enabled():
@@ -175,7 +194,7 @@ def fake_verify_chain_ragged(draft_tokens, num_draft_tokens, target_predict, *, 
 
 
 def fake_verify_chain_sampling_ragged(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, final_coins, *, max_drafts,
-                                      token_bitmask=None, bitmask_index=None, bonus_tokens=None, out=None) -> Verdict:
+                                      token_bitmask=None, bitmask_index=None, bonus_tokens=None, rng_state=None, out=None) -> Verdict:
     return fake_verdict(draft_tokens, num_draft_tokens.shape[0], max_drafts + 1, max_drafts + 1)
 
 
@@ -223,11 +242,12 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
 
 
 @register_op("verify_chain_sampling_ragged", family="ragged", check=check_verify_chain_sampling_ragged,
-             fake=fake_verify_chain_sampling_ragged)
+             fake=fake_verify_chain_sampling_ragged, mutates=("rng_state",))
 def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor],
-                                 target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor, *, max_drafts: int,
-                                 token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
-                                 bonus_tokens: Optional[torch.Tensor] = None, out: Optional[Verdict] = None) -> Verdict:
+                                 target_probs: torch.Tensor, coins: Optional[torch.Tensor], final_coins: Optional[torch.Tensor], *,
+                                 max_drafts: int, token_bitmask: Optional[torch.Tensor] = None, bitmask_index: Optional[torch.Tensor] = None,
+                                 bonus_tokens: Optional[torch.Tensor] = None, rng_state: Optional[torch.Tensor] = None,
+                                 out: Optional[Verdict] = None) -> Verdict:
     """Chain rejection sampling of a ragged batch (layout: module docstring; per request exactly
     ``verify_chain_sampling`` over its c_b drafts).
 
@@ -237,13 +257,19 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
             n-gram / prompt-lookup drafts).
         target_probs: (rows, V) float32 target distribution per flat target row (rows = T + bs,
             or T with ``bonus_tokens``).
-        coins: (T,) float32 in [0, 1), one per draft; final_coins: (bs,) float32.
+        coins: (T,) float32 in [0, 1), one per draft; final_coins: (bs,) float32; both None with
+            ``rng_state``.
         max_drafts: S of the padded verdict.
         token_bitmask, bitmask_index: optional vocabulary mask per target row.
         bonus_tokens: optional (bs,) int32/int64: the draft-aligned layout (T target rows; this
             token, not a sample, after a fully accepted chain).
+        rng_state: optional (2,) int64 [seed, counter]: draw the coins from the counter-based
+            stream (module docstring) and add 1 to the counter, in place.
         out: optional Verdict of contiguous int32 buffers (N = max_drafts + 1).
     """
+    if rng_state is not None:
+        coins, final_coins = stream_coins(rng_state, draft_tokens.shape[0], num_draft_tokens.shape[0])
+        rng_state[1:].add_(1)
     drafts, q, p, step_coins, index = padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins,
                                                                    max_drafts=max_drafts, token_bitmask=token_bitmask,
                                                                    bitmask_index=bitmask_index, bonus_rows=bonus_tokens is None)
@@ -255,6 +281,16 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
         predict.scatter_(1, bonus_lane, torch.where(all_accepted, bonus_tokens.to(torch.int64)[:, None],
                                                     predict.gather(1, bonus_lane).to(torch.int64)).to(predict.dtype))
     return verdict
+
+
+def stream_coins(rng_state: torch.Tensor, total: int, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(coins (T,), final coins (bs,)) float32 of the counter-based stream at ``rng_state`` = [seed,
+    counter] (read on the device: no sync)."""
+    from .sampling import PURPOSE_ACCEPT, PURPOSE_FINAL, hash_coins  # at call time: sampling imports the verify family
+
+    seed, counter = rng_state[0:1], rng_state[1:2]
+    positions = torch.arange(max(total, bs), dtype=torch.int64, device=rng_state.device)
+    return hash_coins(seed, counter, positions[:total], PURPOSE_ACCEPT)[0], hash_coins(seed, counter, positions[:bs], PURPOSE_FINAL)[0]
 
 
 def padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, *, max_drafts: int,

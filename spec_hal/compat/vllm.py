@@ -31,9 +31,11 @@ What differs (also in ``docs/compat.md``):
   kept), so a repeated pattern costs no copy; ``cu_num_draft_tokens`` is checked for shape and
   dtype only. The first call with a pattern must not be inside a CUDA graph capture (the copy's
   pinned source would not outlive it).
-* Coins: one float32 draw of ``T + bs`` uniforms covers the unseeded requests'
-  step and final coins (vLLM draws float64 uniforms over the flat drafts); a seeded request's step
-  coins are its generator's float64 draws over its drafts, exactly as vLLM's
+* Coins: without generators, the native op draws them from spec_hal's counter-based stream
+  (``rng_state=``: hashed in its first launch, graph-safe, no extra launch; seeded from torch's
+  default generator at first use); with generators, one float32 draw of ``T + bs`` uniforms
+  covers the unseeded requests' step and final coins (vLLM draws float64 uniforms over the flat
+  drafts); a seeded request's step coins are its generator's float64 draws over its drafts, exactly as vLLM's
   ``generate_uniform_probs`` draws them, rounded to float32 (so for the same generator state its
   accept decisions use vLLM's numbers up to that rounding), then one float32 final coin.
 """
@@ -46,6 +48,7 @@ import numpy as np
 import torch
 
 from .. import checks
+from ..device_buffers import allocate_persistent
 from ..errors import InvalidInput
 
 PLACEHOLDER_TOKEN_ID = -1
@@ -94,6 +97,22 @@ def _cached_counts(num_draft_tokens: tuple, device: str) -> torch.Tensor:
     # pinned and non-blocking: no host sync (cached, so a CUDA graph captured after the first
     # call with this pattern replays no copy)
     return host.pin_memory().to(device, non_blocking=True)
+
+
+_STREAMS: dict[str, torch.Tensor] = {}
+
+
+def _stream_state(device) -> torch.Tensor:
+    """This device's [seed, counter] of spec_hal's counter-based coin stream (the native op draws
+    the coins and advances the counter in its first launch: no extra launch per call). The seed
+    comes from torch's default generator at first use, so ``torch.manual_seed`` before it makes a
+    run reproducible."""
+    key = str(torch.device(device))
+    state = _STREAMS.get(key)
+    if state is None:
+        seed = int(torch.randint(0, 2**62, (1,)))
+        state = _STREAMS.setdefault(key, allocate_persistent(torch.device(device), lambda: torch.tensor([seed, 0], device=device)))
+    return state
 
 
 def _coins(num_draft_tokens, generators: dict, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,10 +171,15 @@ def rejection_sample(
         greedy = greedy.predict.view(bs, width)
         if sampling_metadata.all_greedy:
             return greedy
-    coins, final_coins = _coins(num_draft_tokens, sampling_metadata.generators, device)
+    randomness = {"rng_state": _stream_state(device)}  # unseeded requests: coins drawn inside the native op
+    if sampling_metadata.generators:  # seeded requests draw from their generators, as vLLM does
+        coins, final_coins = _coins(num_draft_tokens, sampling_metadata.generators, device)
+        randomness = {}
+    else:
+        coins = final_coins = None
     draft_probs = None if draft_probs is None else draft_probs.to(torch.float32)
     sampled = spec_hal.verify_chain_sampling_ragged(draft_token_ids, counts, draft_probs, target_probs.to(torch.float32), coins,
-                                                    final_coins, max_drafts=max_spec_len, bonus_tokens=bonus)
+                                                    final_coins, max_drafts=max_spec_len, bonus_tokens=bonus, **randomness)
     sampled = sampled.predict.view(bs, width)
     if greedy is None:
         return sampled

@@ -281,6 +281,92 @@ def test_draft_aligned_rejects_bad_input(backend):
         max_drafts=2, bonus_tokens=bonus))
 
 
+# ------------------------------------------------------------------------------------------------
+# the counter-based coin stream (rng_state: coins drawn inside the op, the counter advanced)
+
+
+def _stream_case(aligned: bool, with_draft_probs: bool):
+    counts = COUNTS["mixed"]
+    vocab = 29
+    drafts, counts_t, logits, bonus = _aligned_inputs(counts, vocab, seed=31 + 2 * aligned + with_draft_probs)
+    total, bs = len(drafts), len(counts)
+    generator = torch.Generator().manual_seed(total)
+    target_logits = logits if aligned else torch.randn(total + bs, vocab, generator=generator)
+    target_probs = torch.softmax(target_logits, dim=1)
+    draft_probs = torch.softmax(torch.randn(total, vocab, generator=generator), dim=1) if with_draft_probs else None
+    kwargs = {"bonus_tokens": bonus} if aligned else {}
+    return drafts, counts_t, draft_probs, target_probs, kwargs
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
+@pytest.mark.parametrize("aligned", (False, True))
+@pytest.mark.parametrize("with_draft_probs", (True, False))
+def test_verify_chain_sampling_ragged_coin_stream(backend, aligned, with_draft_probs):
+    """rng_state: three calls give the reference's verdicts and counters (the counter + 1 per call,
+    on the device), and each equals the op given the documented coins of that counter
+    (spec_hal.sampling.hash_coins: flat draft i at position i, request b's final coin at b)."""
+    from spec_hal.sampling import PURPOSE_ACCEPT, PURPOSE_FINAL, hash_coins
+
+    drafts, counts_t, draft_probs, target_probs, kwargs = _stream_case(aligned, with_draft_probs)
+    total, bs = len(drafts), len(counts_t)
+    device = backend.device
+    inputs = _to(device, drafts, counts_t, draft_probs, target_probs)
+    device_kwargs = {name: value.to(device) for name, value in kwargs.items()}
+    state, expected_state = torch.tensor([2**40 + 12345, 7], device=device), torch.tensor([2**40 + 12345, 7])
+    for call in range(3):
+        expected = reference.verify_chain_sampling_ragged(drafts, counts_t, draft_probs, target_probs, None, None, max_drafts=MAX_DRAFTS,
+                                                          rng_state=expected_state, **kwargs)
+        verdict = call_without_sync(device, backend.verify_chain_sampling_ragged, *inputs, None, None, max_drafts=MAX_DRAFTS,
+                                    rng_state=state, **device_kwargs)
+        assert_same_verdict(verdict, expected)
+        assert state.cpu().tolist() == [2**40 + 12345, 8 + call], "the counter did not advance by one"
+        seed, counter = torch.tensor([2**40 + 12345]), torch.tensor([7 + call])
+        coins = hash_coins(seed, counter, torch.arange(total), PURPOSE_ACCEPT)[0]
+        final_coins = hash_coins(seed, counter, torch.arange(bs), PURPOSE_FINAL)[0]
+        given = reference.verify_chain_sampling_ragged(drafts, counts_t, draft_probs, target_probs, coins, final_coins, max_drafts=MAX_DRAFTS,
+                                                       **kwargs)
+        assert_same_verdict(verdict, given)
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
+def test_coin_stream_advances_under_graph_replay(backend):
+    """On a GPU the op captured once in a graph draws fresh coins on every replay (the counter
+    advances on the device): each replay equals the reference's call with the next counter."""
+    device = backend.device
+    if device.type != "cuda":
+        pytest.skip("no CUDA/HIP graphs on a CPU device (the eager calls of the case above cover the stream there)")
+    drafts, counts_t, draft_probs, target_probs, kwargs = _stream_case(True, False)
+    inputs = _to(device, drafts, counts_t, draft_probs, target_probs)
+    device_kwargs = {name: value.to(device) for name, value in kwargs.items()}
+    state = torch.tensor([99, 0], device=device)
+    backend.verify_chain_sampling_ragged(*inputs, None, None, max_drafts=MAX_DRAFTS, rng_state=state, **device_kwargs)  # warm-up: counter 1
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = backend.verify_chain_sampling_ragged(*inputs, None, None, max_drafts=MAX_DRAFTS, rng_state=state, **device_kwargs)
+    state.copy_(torch.tensor([99, 1]))  # capture does not run the kernels; counter as after the warm-up
+    expected_state = torch.tensor([99, 1])
+    for replay in range(3):
+        graph.replay()
+        expected = reference.verify_chain_sampling_ragged(drafts, counts_t, draft_probs, target_probs, None, None, max_drafts=MAX_DRAFTS,
+                                                          rng_state=expected_state, **kwargs)
+        assert_same_verdict(captured, expected)
+        assert state.cpu().tolist() == [99, 2 + replay]
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
+def test_coin_stream_rejects_bad_input(backend):
+    device = backend.device
+    drafts, counts = torch.tensor([1, 2, 3], device=device), torch.tensor([1, 2], device=device)
+    probs, state = torch.full((5, 8), 0.125, device=device), torch.tensor([1, 0], device=device)
+    coins, final = torch.zeros(3, device=device), torch.zeros(2, device=device)
+    call = lambda c, f, s: (lambda b: b.verify_chain_sampling_ragged(drafts, counts, None, probs, c, f, max_drafts=2, rng_state=s))
+    assert_rejects(backend, "coins", call(coins, None, state))  # two sources of coins
+    assert_rejects(backend, "final_coins", call(None, final, state))
+    assert_rejects(backend, "coins", call(None, None, None))  # no source
+    assert_rejects(backend, "rng_state", call(None, None, state.to(torch.int32)))
+    assert_rejects(backend, "rng_state", call(None, None, state[:1]))
+
+
 @pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
 def test_verify_chain_sampling_ragged_batch_size_zero(backend):
     device = backend.device
