@@ -271,16 +271,18 @@ def compile_specs(target: KernelTarget):
 
 def _layout_specs(target: KernelTarget) -> list:
     """``_chain_layout_kernel`` as the three layouts launch it (greedy and sampling with bonus rows,
-    draft-aligned), int32 and int64 counts."""
+    draft-aligned), int32 and int64 counts, and the sampling layouts drawing stream coins (RNG)."""
     specs = []
     for counts_type in ("*i32", "*i64"):
-        for bonus_rows, cut_at_end in ((True, False), (True, True), (False, False)):
+        for bonus_rows, cut_at_end, rng in ((True, False, False), (True, True, False), (False, False, False), (True, True, True),
+                                            (False, False, True)):
             signature = {"counts_ptr": counts_type, "layout_ptr": "*i64", "bs": "i32", "max_drafts": "i32", "total_rows": "i32",
-                         "BLOCK": "constexpr", "BONUS_ROWS": "constexpr", "CUT_AT_END": "constexpr"}
-            constexprs = {"BLOCK": LAYOUT_BLOCK, "BONUS_ROWS": bonus_rows, "CUT_AT_END": cut_at_end}
+                         "rng_ptr": "*i64", "coins_ptr": "*fp32" if rng else "*i64", "num_drafts": "i32",
+                         "BLOCK": "constexpr", "BONUS_ROWS": "constexpr", "CUT_AT_END": "constexpr", "RNG": "constexpr"}
+            constexprs = {"BLOCK": LAYOUT_BLOCK, "BONUS_ROWS": bonus_rows, "CUT_AT_END": cut_at_end, "RNG": rng}
             specs.append((_chain_layout_kernel, signature, constexprs, target.warps(256)))
             specs.append(runtime_specialized(target, _chain_layout_kernel, signature, constexprs, target.warps(256),
-                                             values={"bs": 64, "max_drafts": 5, "total_rows": 224}))
+                                             values={"bs": 64, "max_drafts": 5, "total_rows": 224, "num_drafts": 160}))
     return specs
 
 
