@@ -45,11 +45,13 @@ def _time(fn, device, timing):
 
 def _add(table, function, native, compat, native_timing, *, wraps: bool = True, **size):
     """One row; ``wraps=False``: the native op does comparable work but is not what the function
-    calls (the renormalisations, docs/compat.md), so no budget verdict."""
-    (compat_s, compat_mode), (native_s, native_mode) = compat, native_timing or (None, None)
+    calls (the renormalisations, docs/compat.md), so no budget verdict; ``compat`` None: a row of
+    the native op alone (for comparison with the row above)."""
+    (compat_s, compat_mode), (native_s, native_mode) = compat or (None, "-"), native_timing or (None, None)
     overhead = None if compat_s is None or native_s is None else compat_s - native_s
     within = None if overhead is None else ("yes" if overhead * 1e6 <= max(BUDGET_US, BUDGET_SHARE * native_s * 1e6) else "NO")
     within = within if wraps else "n/a (not a wrapper)"
+    within = "-" if compat is None else within
     table.add(function=function, native=native, compat_us=us(compat_s), native_us=us(native_s), overhead_us=us(overhead),
               overhead_share=None if overhead is None or not native_s else overhead / native_s, within_budget=within,
               timing=compat_mode if native_mode is None else f"{compat_mode}/{native_mode}", **size)
@@ -121,10 +123,15 @@ def _vllm_rows(ctx, table, bs, steps, vocab, chain, *, ragged: bool):
     size = dict(bs=bs, nodes=steps + 1, vocab=vocab)
     shape = "ragged counts S, S/2" if ragged else f"{steps} drafts each"
     random = SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(bs, device=device), generators={})
-    _add(table, f"vllm.rejection_sample (all random, {shape})", "verify_chain_sampling_ragged (vLLM layout)",
+    state = torch.tensor([1, 0], device=device)
+    _add(table, f"vllm.rejection_sample (all random, {shape})", "verify_chain_sampling_ragged (vLLM layout, rng_state=)",
          _time(lambda: vllm.rejection_sample(flat_ids, counts, steps, cu, flat_draft, flat_target, bonus, random), device, timing),
-         _time(lambda: backend.verify_chain_sampling_ragged(flat_ids, counts_t, flat_draft, flat_target, flat_coins, final_coins,
-                                                            max_drafts=steps, bonus_tokens=bonus.view(bs)), device, timing), **size)
+         _time(lambda: backend.verify_chain_sampling_ragged(flat_ids, counts_t, flat_draft, flat_target, None, None, max_drafts=steps,
+                                                            bonus_tokens=bonus.view(bs), rng_state=state), device, timing), **size)
+    _add(table, f"  (the native op given coins, {shape})", "verify_chain_sampling_ragged (vLLM layout, coins given)",
+         None, _time(lambda: backend.verify_chain_sampling_ragged(flat_ids, counts_t, flat_draft, flat_target, flat_coins, final_coins,
+                                                                          max_drafts=steps, bonus_tokens=bonus.view(bs)), device, timing),
+         **size)
     logits = flat_target.log()
     greedy = SimpleNamespace(all_greedy=True, all_random=False, temperature=torch.zeros(bs, device=device), generators={})
     _add(table, f"vllm.rejection_sample (all greedy, {shape})", "verify_chain_ragged (logits, vLLM layout)",
@@ -212,7 +219,8 @@ def run(ctx: Context) -> list[Table]:
         "call is given coins, so that draw is part of the overhead. chain_speculative_sampling's accepted count (drafts "
         "passing on their own) is written by the native kernel (verify_chain_sampling's passed_counts).",
         "vllm.rejection_sample is timed beside the native ragged op it calls, on the same flat inputs in vLLM's layout "
-        "(bonus_tokens=: T target rows and the bonus tokens).",
+        "(bonus_tokens=: T target rows and the bonus tokens); random requests draw their coins inside the op "
+        "(rng_state=), and the row below each shows the op given coins instead (what the stream adds).",
         "Rows marked 'n/a (not a wrapper)': the renormalisations and softmax are compat-owned PyTorch (process_logits "
         "quantises, docs/compat.md), timed beside process_logits doing the same processing; the filtered samplers run "
         "compat-owned filters before the native sample.",
