@@ -109,6 +109,25 @@ def test_random_matches_native_reference_per_request(lane, counts, with_draft_pr
     assert output.tolist() == expected_random(ids, counts, draft_probs, target_probs, bonus, seeds)
 
 
+def test_unseeded_requests_draw_from_the_coin_stream(lane):
+    """Without generators the coins come from spec_hal's counter-based stream (the native op's
+    rng_state): each call advances this device's counter by one, and the output is the native
+    reference's with the stream's coins at the counter the call found."""
+    from spec_hal.compat import vllm as compat_vllm
+
+    counts = [3, 0, 2, 3]
+    ids, draft_probs, target_probs, bonus = random_case(counts, seed=17)
+    state = compat_vllm._stream_state(torch.device("cpu"))
+    for _ in range(2):
+        before = state.clone()
+        output = rejection_sample(ids, counts, 3, torch.tensor(counts).cumsum(0), draft_probs, target_probs, bonus,
+                                  metadata(torch.ones(len(counts))))
+        assert state.tolist() == [before[0].item(), before[1].item() + 1]
+        expected = ragged_reference.verify_chain_sampling_ragged(ids, torch.tensor(counts), draft_probs, target_probs, None, None,
+                                                                 max_drafts=3, bonus_tokens=bonus.view(-1), rng_state=before)
+        assert output.tolist() == expected.predict.view(len(counts), 4).tolist()
+
+
 def test_mixed_greedy_and_random_requests(lane):
     counts = [2, 2]
     ids, draft_probs, target_probs, bonus = random_case(counts, seed=5)
