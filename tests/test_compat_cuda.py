@@ -81,3 +81,22 @@ def test_vllm_greedy_and_fully_accepted_random_equal_cpu(counts):
     gpu_out = vllm.rejection_sample(ids.to(GPU), counts, 3, cu.to(GPU), probs.to(GPU), probs.to(GPU), bonus.to(GPU), random)
     random.temperature = torch.ones(4)
     assert_same([vllm.rejection_sample(ids, counts, 3, cu, probs, probs, bonus, random)], [gpu_out])  # p == q: all accepted
+
+
+@pytest.mark.parametrize("counts", [[3, 0, 2, 1], [3, 3, 3, 3]])
+def test_vllm_random_from_the_same_coin_stream_equal_cpu(counts):
+    """Unseeded random requests draw from the device's coin stream: with both devices' streams at
+    the same state, the GPU output equals the cpu one bit for bit, and both counters advance."""
+    generator = torch.Generator().manual_seed(5)
+    draft_probs = torch.softmax(torch.randn(sum(counts), 50, generator=generator), -1)
+    target_probs = torch.softmax(torch.randn(sum(counts), 50, generator=generator) * 2, -1)
+    ids = torch.multinomial(draft_probs, 1, generator=generator)[:, 0]
+    cu, bonus = torch.tensor(counts).cumsum(0), torch.randint(0, 50, (4, 1), generator=generator)
+    states = [vllm._stream_state(torch.device(device)) for device in ("cpu", GPU)]
+    for state in states:
+        state.copy_(torch.tensor([2**33 + 9, 40]))
+    random = SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(4), generators={})
+    cpu, _, gpu, _ = on_both(lambda *t: vllm.rejection_sample(t[0], counts, 3, t[1], t[2], t[3], t[4], random), ids, cu, draft_probs,
+                             target_probs, bonus)
+    assert_same([cpu], [gpu])
+    assert [state.tolist() for state in states] == [[2**33 + 9, 41]] * 2
