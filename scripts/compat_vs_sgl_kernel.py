@@ -71,7 +71,6 @@ def main(argv=None) -> int:
                              f"{harness.device_time_s(compat_greedy, device) * 1e6:.1f} | {harness.device_time_s(upstream_greedy, device) * 1e6:.1f} |")
                 ours, theirs = _buffers(bs, nodes, steps, device), _buffers(bs, nodes, steps, device)
                 draft_probs = torch.zeros_like(target_probs)
-                stream = torch.cuda.current_stream().cuda_stream
 
                 def compat_sampling():
                     sgl_kernel.tree_speculative_sampling_target_only(*ours, candidates, *links, coins, final_coins, target_probs)
@@ -80,8 +79,10 @@ def main(argv=None) -> int:
                     # Upstream writes rejected tokens' probabilities into draft_probs; only the first
                     # call (the one compared) sees it all zero, as SGLang allocates it; the timed
                     # calls leave the memset out.
+                    # The stream is read at each call: a graph capture runs on its own stream, and a
+                    # launch on the stream of an earlier call is not captured (it timed 0.2 us).
                     sampling.tree_speculative_sampling_target_only(*theirs, candidates, *links, coins, final_coins, target_probs,
-                                                                   draft_probs, 1.0, 1.0, True, stream)
+                                                                   draft_probs, 1.0, 1.0, True, torch.cuda.current_stream().cuda_stream)
 
                 compat_sampling(), upstream_sampling()
                 agree = _agree(ours, theirs, bs)

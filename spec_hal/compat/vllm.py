@@ -86,7 +86,7 @@ def _check(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
 def _counts(num_draft_tokens, device) -> torch.Tensor:
     """(bs,) int64 counts on ``device``, copied once per count pattern (engines repeat a few
     patterns: every request at S drafts, or S with some requests at 0)."""
-    return _cached_counts(tuple(num_draft_tokens), str(torch.device(device)))
+    return _cached_counts(tuple(num_draft_tokens), _device_key(device))
 
 
 @functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
@@ -102,16 +102,24 @@ def _cached_counts(num_draft_tokens: tuple, device: str) -> torch.Tensor:
 _STREAMS: dict[str, torch.Tensor] = {}
 
 
+def _device_key(device) -> str:
+    """"cuda:N" for "cuda" too (the current device), so one device has one key."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
+
+
 def _stream_state(device) -> torch.Tensor:
     """This device's [seed, counter] of spec_hal's counter-based coin stream (the native op draws
     the coins and advances the counter in its first launch: no extra launch per call). The seed
     comes from torch's default generator at first use, so ``torch.manual_seed`` before it makes a
     run reproducible."""
-    key = str(torch.device(device))
+    key = _device_key(device)
     state = _STREAMS.get(key)
     if state is None:
         seed = int(torch.randint(0, 2**62, (1,)))
-        state = _STREAMS.setdefault(key, allocate_persistent(torch.device(device), lambda: torch.tensor([seed, 0], device=device)))
+        state = _STREAMS.setdefault(key, allocate_persistent(torch.device(key), lambda: torch.tensor([seed, 0], device=key)))
     return state
 
 
