@@ -43,6 +43,7 @@ def _agree(ours, theirs, bs):
 def main(argv=None) -> int:
     from spec_hal.bench import harness
     from spec_hal.bench.examples import tree_verify_inputs
+    from spec_hal.bench.report import print_table
     from spec_hal.compat import sgl_kernel
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -89,11 +90,7 @@ def main(argv=None) -> int:
                 lines.append(f"| tree_speculative_sampling_target_only | {bs} | {nodes} | {vocab} | {agree[0]}/{agree[1]} | "
                              f"{harness.device_time_s(compat_sampling, device) * 1e6:.1f} | {harness.device_time_s(upstream_sampling, device) * 1e6:.1f} |")
                 print(lines[-2], lines[-1], sep="\n", flush=True)
-    table = "\n".join(lines)
-    print(table)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(table + "\n")
+    print_table(lines, args.markdown)
     return 0
 
 

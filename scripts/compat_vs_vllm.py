@@ -94,6 +94,8 @@ def _rows(vr, bs: int, steps: int, vocab: int, ragged: bool, device) -> list[str
 
 
 def main(argv=None) -> int:
+    from spec_hal.bench.report import print_table
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers", required=True, help="folder with vllm_rejection.py (vLLM's rejection-sampler kernels)")
     parser.add_argument("--markdown", help="write the table here as well")
@@ -109,11 +111,7 @@ def main(argv=None) -> int:
                 rows = _rows(vr, bs, steps, vocab, ragged, device)
                 print(*rows, sep="\n", flush=True)
                 lines += rows
-    table = "\n".join(lines)
-    print(table)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(table + "\n")
+    print_table(lines, args.markdown)
     return 0
 
 

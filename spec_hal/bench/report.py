@@ -90,6 +90,16 @@ class Table:
                 "rows": self.rows}
 
 
+def print_table(lines: list[str], markdown_path: Optional[str]) -> None:
+    """Print a markdown table (its lines) and, with ``markdown_path``, write it there (the
+    measurement scripts of scripts/)."""
+    table = "\n".join(lines)
+    print(table)
+    if markdown_path:
+        with open(markdown_path, "w") as handle:
+            handle.write(table + "\n")
+
+
 def us(seconds: Optional[float]) -> Optional[float]:
     return None if seconds is None else seconds * 1e6
 

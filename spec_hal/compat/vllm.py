@@ -54,7 +54,7 @@ from ..errors import InvalidInput
 PLACEHOLDER_TOKEN_ID = -1
 GREEDY_TEMPERATURE = 0  # vLLM >= 7f6fc1c; older releases marked greedy requests with -1
 MAX_SPEC_LEN = 128
-LAYOUT_CACHE_SIZE = 64  # count patterns whose device layout is kept
+LAYOUT_CACHE_SIZE = 64  # count patterns whose device copy of the counts is kept
 
 
 class SamplingMetadata(Protocol):
