@@ -55,6 +55,7 @@ import torch
 
 from . import checks
 from .masks import check_bitmask
+from .sampling import PURPOSE_ACCEPT, PURPOSE_FINAL, hash_coins
 from .registry import register_op
 from .types import Verdict
 from .masks import token_allowed
@@ -286,8 +287,6 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
 def stream_coins(rng_state: torch.Tensor, total: int, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(coins (T,), final coins (bs,)) float32 of the counter-based stream at ``rng_state`` = [seed,
     counter] (read on the device: no sync)."""
-    from .sampling import PURPOSE_ACCEPT, PURPOSE_FINAL, hash_coins  # at call time: sampling imports the verify family
-
     seed, counter = rng_state[0:1], rng_state[1:2]
     positions = torch.arange(max(total, bs), dtype=torch.int64, device=rng_state.device)
     return hash_coins(seed, counter, positions[:total], PURPOSE_ACCEPT)[0], hash_coins(seed, counter, positions[:bs], PURPOSE_FINAL)[0]
