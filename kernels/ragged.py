@@ -7,8 +7,9 @@ tiles at its rows r_b .. r_b + c_b, matches the drafts and writes the padded Ver
 
 ``verify_chain_sampling_ragged``: ``kernels/verify.py``'s ``_chain_sampling_kernel`` with
 ``RAGGED``: it reads the (T + bs, V) target and (T, V) draft rows, the flat drafts and coins in
-place at each request's row starts (``_chain_layout_kernel``: ``spec_hal.ragged.chain_layout`` in one launch), so no probability row is
-copied (the reference's gather into the padded layout ran ~5 passes over them). Lanes past a
+place at each request's row starts (``_chain_layout_kernel``: ``spec_hal.ragged.chain_layout`` in
+one launch), so no probability row is copied (the reference's gather into the padded layout ran
+~5 passes over them). Lanes past a
 request's count are the padded layout's padding; invalid draft ids are recorded at their padded
 index, as the reference records them.
 """
@@ -28,11 +29,11 @@ from .error_flag import record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv
 from .masks import mask_row_base, token_allowed
 from .sampling import _hash_key, _keyed_coin
+from .verify import (MaskArgs, _chain_sampling_kernel, _merge_argmax, _pow2, _target_source, _verdict_buffers, chain_sampling_constexprs,
+                     chain_sampling_signature, launch_chain_sampling, sampling_launch, walk_launch)
 
 PURPOSE_ACCEPT = tl.constexpr(stream_purposes.PURPOSE_ACCEPT)
 PURPOSE_FINAL = tl.constexpr(stream_purposes.PURPOSE_FINAL)
-from .verify import (MaskArgs, _chain_sampling_kernel, _merge_argmax, _pow2, _target_source, _verdict_buffers, chain_sampling_constexprs,
-                     chain_sampling_signature, launch_chain_sampling, sampling_launch, walk_launch)
 
 
 @triton.jit(do_not_specialize=["num_drafts", "total_rows"])  # sizes that change every batch (kernels/verify.py: _chain_sampling_kernel)
@@ -89,7 +90,9 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
     tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
 
 
-LAYOUT_BLOCK = 1024  # counts per slice of the prefix sum (one program of 256 threads loops over bs / 1024 slices; 128 threads kept an 8 B frame on NVIDIA)
+# Counts per slice of the layout's prefix sum: one program of 256 threads loops over bs / 1024
+# slices (128 threads kept an 8 B local frame on NVIDIA).
+LAYOUT_BLOCK = 1024
 
 
 @triton.jit(do_not_specialize=["bs", "total_rows", "num_drafts"])  # sizes that change every batch
@@ -262,7 +265,8 @@ def compile_specs(target: KernelTarget):
                 specs.append((_ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config)))
                 specs.append(runtime_specialized(target, _ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config),
                                                  values={"num_tiles": num_tiles if from_logits else 1, "num_drafts": bs * max_drafts // 2,
-                                                         "total_rows": bs * max_drafts // 2 + (bs if bonus_type is None else 0), "num_masks": bs * nodes if has_mask else 0,
+                                                         "total_rows": bs * max_drafts // 2 + (bs if bonus_type is None else 0),
+                                                         "num_masks": bs * nodes if has_mask else 0,
                                                          "mask_width": 4748 if has_mask else 0, "bs": bs, "max_drafts": max_drafts,
                                                          "vocab": 151936 if from_logits else -1, "flag_code": _DRAFTS_CODE}))
     specs += _chain_sampling_specs(target)

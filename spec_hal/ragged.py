@@ -271,12 +271,12 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
     if rng_state is not None:
         coins, final_coins = stream_coins(rng_state, draft_tokens.shape[0], num_draft_tokens.shape[0])
         rng_state[1:].add_(1)
-    drafts, q, p, step_coins, index = padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, target_probs, coins,
-                                                                   max_drafts=max_drafts, token_bitmask=token_bitmask,
-                                                                   bitmask_index=bitmask_index, bonus_rows=bonus_tokens is None)
+    drafts, q, p, step_coins, index, draft_index = padded_chain_sampling_inputs(
+        draft_tokens, num_draft_tokens, draft_probs, target_probs, coins, max_drafts=max_drafts, token_bitmask=token_bitmask,
+        bitmask_index=bitmask_index, bonus_rows=bonus_tokens is None)
     verdict = verify_chain_sampling(drafts, q, p, step_coins, final_coins, token_bitmask=token_bitmask, bitmask_index=index, out=out)
     if bonus_tokens is not None:  # a fully accepted chain (its drafts that fit) ends with the caller's bonus token
-        bonus_lane = _bonus_lanes(padded_rows(num_draft_tokens, max_drafts, draft_tokens.shape[0], bonus_rows=False)[1])
+        bonus_lane = _bonus_lanes(draft_index)
         predict = verdict.predict.view(drafts.shape[0], max_drafts + 1)
         all_accepted = verdict.num_correct.to(torch.int64)[:, None] == bonus_lane
         predict.scatter_(1, bonus_lane, torch.where(all_accepted, bonus_tokens.to(torch.int64)[:, None],
@@ -297,7 +297,8 @@ def padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, ta
     """The reference's gather of ``verify_chain_sampling_ragged`` into ``verify_chain_sampling``'s
     padded layout (S = max_drafts; the Triton kernel reads the flat rows in place): (drafts (bs, S) int64 -1
     padded, q (bs, S, V) or None, p (bs, S+1, V), coins (bs, S), mask index of the padded rows
-    (bs*(S+1),) int64 or None). ``bonus_rows`` False: the draft-aligned layout (T target rows)."""
+    (bs*(S+1),) int64 or None, the flat index of each padded draft (bs, S) int64, -1 for padding).
+    ``bonus_rows`` False: the draft-aligned layout (T target rows)."""
     total, bs = draft_tokens.shape[0], num_draft_tokens.shape[0]
     target_rows = total + bs if bonus_rows else total
     rows, draft_index = padded_rows(num_draft_tokens, max_drafts, target_rows, bonus_rows=bonus_rows)
@@ -309,4 +310,4 @@ def padded_chain_sampling_inputs(draft_tokens, num_draft_tokens, draft_probs, ta
     if token_bitmask is not None:  # padded row -> the flat row's mask row; padding unconstrained
         flat_index = bitmask_index.to(torch.int64) if bitmask_index is not None else torch.arange(target_rows, device=rows.device)
         index = _gather_rows(flat_index, rows, -1).reshape(-1)
-    return drafts, q, p, step_coins, index
+    return drafts, q, p, step_coins, index, draft_index
