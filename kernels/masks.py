@@ -7,6 +7,8 @@ Device helpers other kernels import (``from .masks import mask_row_base, token_a
 * ``token_allowed(mask_ptr, base, constrained, tokens, ok, width)``: the bit of ``tokens`` in
   the row's mask; True where the row is unconstrained. An unconstrained row loads nothing, so
   rows without a grammar cost no memory traffic.
+* ``tile_allowed`` (one row's tile of ids), and ``tile_words`` + ``words_allowed`` (the same for
+  (R,) rows, the load apart from the bit expansion): each mask word loaded once, contiguously.
 
 ``_apply_bitmask_kernel`` (grid: rows x tiles) never reads the logits: it stores -inf where a
 constrained row's bit is clear, so it moves V/32 words per constrained row and nothing for
@@ -66,6 +68,24 @@ def tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.conste
         bits = tl.reshape((words[:, None] >> tl.arange(0, 32)[None, :]) & 1, [BLOCK])
         allowed = tl.where(constrained, bits != 0, True)
     return allowed
+
+
+@triton.jit
+def tile_words(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexpr):
+    """The BLOCK // 32 mask words of ids ``first_col + arange(BLOCK)`` of each row (``first_col``
+    a multiple of 32; BLOCK a power of two >= 32; ``base``, ``constrained``: (R,)), as (R, BLOCK // 32)
+    int32: one contiguous load per row; 0 where the row is unconstrained or past the mask's width.
+    Loaded apart from ``words_allowed`` so that a loop can issue them a tile ahead."""
+    word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)
+    return tl.load(mask_ptr + base[:, None] + word_ids[None, :], mask=constrained[:, None] & (word_ids[None, :] < width), other=0)
+
+
+@triton.jit
+def words_allowed(words, constrained, BLOCK: tl.constexpr):
+    """(R, BLOCK) ``token_allowed`` of the ids ``tile_words`` loaded ``words`` for (bit j of word
+    i: id 32 i + j); True where the row is unconstrained."""
+    bits = tl.reshape((words[:, :, None] >> tl.arange(0, 32)[None, None, :]) & 1, [words.shape[0], BLOCK])
+    return tl.where(constrained[:, None], bits != 0, True)
 
 
 @triton.jit
