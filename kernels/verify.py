@@ -155,25 +155,32 @@ def _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, r
 def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, mask_base, constrained, mask_width,
                 BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr,
-                HAS_MASK: tl.constexpr):
+                HAS_MASK: tl.constexpr, READ_AHEAD: tl.constexpr):
     """For tiles [first_tile, end_tile) of each request's row, store the sum of every SUB-wide
     block of the quantised target row at sums_ptr[sums_base + k] and of the quantised residual at
     sums_ptr[sums_base + sums_width + k] (k: global block index). The residual is max(0, p - q)
     (HAS_Q; q read where use_q) or p without the ``rejected`` tokens (R, L; -1 none; their
     quantised p in rejected_q) (HAS_REJECTED), else p. HAS_MASK: p is 0 at the ids the row's mask
-    (``mask_base``, ``constrained``: ``masks.mask_row_base``) does not allow (TILE_V >= 32)."""
+    (``mask_base``, ``constrained``: ``masks.mask_row_base``) does not allow (TILE_V >= 32).
+    READ_AHEAD: tile t + 1 is loaded before tile t is reduced (``SamplingLaunch.read_ahead``)."""
     SUBS: tl.constexpr = TILE_V // SUB
     subs = tl.arange(0, SUBS)
-    p_next, q_next, words_next = _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, first_tile, end_tile,
-                                             vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_Q, HAS_MASK)
+    if READ_AHEAD:
+        p_next, q_next, words_next = _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, first_tile,
+                                                 end_tile, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_Q,
+                                                 HAS_MASK)
     for t in range(first_tile, end_tile):
-        p, q, words = p_next, q_next, words_next
-        # Tile t + 1 is loaded before tile t is reduced, so each program keeps a whole tile of loads
-        # in flight. Without it ptxas issued a masked tile's 16-byte loads one after the other, each
-        # after the previous one's reduction (4 round trips a tile: 1.7-1.9x the unmasked time on
-        # the H100, with either mask-word layout).
-        p_next, q_next, words_next = _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, t + 1, end_tile,
-                                                 vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_Q, HAS_MASK)
+        if READ_AHEAD:
+            # Each program keeps a whole tile of loads in flight. Without it ptxas issued a masked
+            # tile's 16-byte loads one after the other, each after the previous one's reduction (4
+            # round trips a tile: 1.7-1.9x the unmasked time on the H100, either mask-word layout).
+            p, q, words = p_next, q_next, words_next
+            p_next, q_next, words_next = _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, t + 1,
+                                                     end_tile, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V,
+                                                     HAS_Q, HAS_MASK)
+        else:
+            p, q, words = _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, t, end_tile, vocab,
+                                      mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_Q, HAS_MASK)
         if HAS_MASK:
             p = tl.where(words_allowed(words, constrained, TILE_V), p, 0.0)
         p = _sanitize_probs(p)
@@ -358,7 +365,8 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
                           sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
                           flag_ptr, flag_code, chain_shift,
                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr,
-                          NB_PAD: tl.constexpr, SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
+                          NB_PAD: tl.constexpr, SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr,
+                          READ_AHEAD: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)
@@ -434,7 +442,7 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
     final_base, final_constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
     _block_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
-                BLOCK_R, TILE_V, SUB, False, True, HAS_MASK)
+                BLOCK_R, TILE_V, SUB, False, True, HAS_MASK, READ_AHEAD)
     if _finishing(counter_ptr, req, req_ok, SPLIT):
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
         final = _sample_from_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens,
@@ -487,7 +495,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
                            flag_ptr, flag_code, passed_ptr, counts_ptr, starts_ptr, num_drafts, total_rows, bonus_ptr,
                            BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, NB_PAD: tl.constexpr,
                            SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr,
-                           COUNT_PASSED: tl.constexpr, RAGGED: tl.constexpr, BONUS: tl.constexpr):
+                           COUNT_PASSED: tl.constexpr, RAGGED: tl.constexpr, BONUS: tl.constexpr, READ_AHEAD: tl.constexpr):
     """RAGGED: the flat layout of spec_hal/ragged.py (``verify_chain_sampling_ragged``), read in
     place: request b's target row j is flat row starts[b] + j, its draft j flat index
     starts[b] - b + j (clamped into [0, T) as the reference's gather); lanes past counts[b] or
@@ -583,7 +591,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         rejected_q = tl.where(rejected_lane, _quantize(p), 0)
     _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
-                BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
+                BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, READ_AHEAD)
     if _finishing(counter_ptr, req, req_ok, SPLIT):
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
         final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens,
@@ -631,6 +639,7 @@ class SamplingLaunch:
     sub: int
     num_tiles: int
     tiles_per_chunk: int
+    read_ahead: bool  # READ_AHEAD: a tile's loads issued while the previous tile is reduced
 
     @property
     def chunks(self) -> int:
@@ -702,15 +711,21 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
         cap = 2**19
         requests = min(_pow2(bs), 32768 // _pow2(nodes), cap // sums_pad, cap // tile_v, cap // (tile_v // sub * _pow2(nodes)))
         return SamplingLaunch(requests=max(requests, 1), warps=1, tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                              tiles_per_chunk=cdiv(num_tiles, 2))
+                              tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True)
     sub = 128
     programs = 2 * target.multiprocessors
-    tile_v = min(2048, max(next_power_of_2(max(vocab, 1)), sub))  # 16 fp32 per thread
+    # Tiles of 2048 ids (16 fp32 a thread on NVIDIA, 8 a lane on AMD). NVIDIA reads one tile ahead:
+    # with Triton 3.6 that keeps an 8-24 B local frame on sm_90 (128 registers; clean with 3.9),
+    # yet measured faster on the H100 than 1024-id tiles read ahead without one (bs 64, N 8,
+    # V 151936: 23.4 vs 29.6 us unmasked, 29.9 vs 38.7 masked). AMD does not read ahead: it cost
+    # SGPR spills on gfx942 with Triton 3.6, and no AMD GPU here can show a gain.
+    nvidia = target.vendor == "nvidia"
+    tile_v = min(2048, max(next_power_of_2(max(vocab, 1)), sub))
     num_tiles = cdiv(max(vocab, 1), tile_v)
     chunks = max(1, min(num_tiles, cdiv(programs, max(bs, 1))))
-    threads = 256 if target.vendor == "amd" else 128  # AMD: 16 strided loads a thread spill at 128
+    threads = 128 if nvidia else 256  # AMD: 16 strided loads a thread spill at 128
     return SamplingLaunch(requests=1, warps=target.warps(threads), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                          tiles_per_chunk=cdiv(num_tiles, chunks))
+                          tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -844,7 +859,7 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
         _CHAIN_SAMPLING_CODE if record_as_chain else _SAMPLING_CODE,
         int(record_as_chain),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, SUB=config.sub,
-        NB_PAD=config.nb_pad, SPLIT=config.chunks > 1, **masks.flags, num_warps=config.warps,
+        NB_PAD=config.nb_pad, SPLIT=config.chunks > 1, READ_AHEAD=config.read_ahead, **masks.flags, num_warps=config.warps,
     )
     return out
 
@@ -919,7 +934,7 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         counts, starts, num_drafts, total_rows, out.num_correct if bonus_tokens is None else bonus_tokens.contiguous(),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
         SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, COUNT_PASSED=passed_counts is not None,
-        RAGGED=ragged is not None, BONUS=bonus_tokens is not None, num_warps=config.warps,
+        RAGGED=ragged is not None, BONUS=bonus_tokens is not None, READ_AHEAD=config.read_ahead, num_warps=config.warps,
     )
 
 
@@ -950,13 +965,14 @@ def chain_sampling_signature(drafts_type: str, layout_type: str, bonus_type: str
             "vocab": "i32", "sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32", "flag_ptr": "*i64",
             "flag_code": "i64", "passed_ptr": "*i32", "counts_ptr": layout_type, "starts_ptr": layout_type, "num_drafts": "i32", "total_rows": "i32",
             "bonus_ptr": bonus_type, "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILE_V": "constexpr", "SUB": "constexpr", "NB_PAD": "constexpr",
-            "SPLIT": "constexpr", "HAS_DRAFT_PROBS": "constexpr", "COUNT_PASSED": "constexpr", "RAGGED": "constexpr", "BONUS": "constexpr"}
+            "SPLIT": "constexpr", "HAS_DRAFT_PROBS": "constexpr", "COUNT_PASSED": "constexpr", "RAGGED": "constexpr", "BONUS": "constexpr",
+            "READ_AHEAD": "constexpr"}
 
 
 def chain_sampling_constexprs(config: SamplingLaunch, nodes: int, ragged: bool = False, bonus: bool = False) -> dict:
     """The launch constexprs of ``launch_chain_sampling`` (without passed_counts) but HAS_DRAFT_PROBS and the mask flags."""
     return {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILE_V": config.tile_v, "SUB": config.sub, "NB_PAD": config.nb_pad,
-            "SPLIT": config.chunks > 1, "COUNT_PASSED": False, "RAGGED": ragged, "BONUS": bonus}
+            "SPLIT": config.chunks > 1, "COUNT_PASSED": False, "RAGGED": ragged, "BONUS": bonus, "READ_AHEAD": config.read_ahead}
 
 
 def compile_specs(target: KernelTarget):
@@ -1018,7 +1034,8 @@ def compile_specs(target: KernelTarget):
         sampling = sampling_launch(target, bs, nodes, vocab)
         final = {"sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32"}
         final_values = {"sums_width": sampling.sums_width, "tiles_per_chunk": sampling.tiles_per_chunk}
-        final_constexprs = {"TILE_V": sampling.tile_v, "SUB": sampling.sub, "NB_PAD": sampling.nb_pad, "SPLIT": sampling.chunks > 1}
+        final_constexprs = {"TILE_V": sampling.tile_v, "SUB": sampling.sub, "NB_PAD": sampling.nb_pad, "SPLIT": sampling.chunks > 1,
+                            "READ_AHEAD": sampling.read_ahead}
         add(_sampling_walk_kernel,
             {**walk_links, "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64",
              "coins_ptr": "*fp32", "final_coins_ptr": "*fp32", "threshold_single": "fp32", "threshold_acc": "fp32",
