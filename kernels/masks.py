@@ -62,7 +62,7 @@ def tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.conste
     else:
         word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)
         # constrained broadcast as an int first: the interpreter rejects a load mask made from the
-        # 0-d bool a reduction gives (verify._block_sums passes one); compiled, it folds away.
+        # 0-d bool (a scalar row's flag); compiled, it folds away.
         row_constrained = (tl.zeros_like(word_ids) + constrained.to(tl.int32)) != 0
         words = tl.load(mask_ptr + base + word_ids, mask=row_constrained & (word_ids < width), other=0)
         bits = tl.reshape((words[:, None] >> tl.arange(0, 32)[None, :]) & 1, [BLOCK])
