@@ -41,8 +41,12 @@ def installed(tmp_path_factory):
     venv_site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip()
     # The running interpreter's packages (torch...), without processing their .pth files: an
-    # editable spec_hal installed there stays invisible; the wheel is the only spec_hal.
-    ours = [path for path in {sysconfig.get_paths()["purelib"], *site.getsitepackages()} if os.path.isdir(path)]
+    # editable spec_hal installed there stays invisible; the wheel is the only spec_hal. In the
+    # running interpreter's order: a venv's packages shadow the base python's (a set here once put
+    # the base's setuptools 65 before the venv's 84, and pip refused torch's setuptools>=77.0.3 on
+    # about one hash seed in two).
+    candidates = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
+    ours = [path for path in dict.fromkeys(candidates) if os.path.isdir(path)]
     Path(venv_site, "host-packages.pth").write_text("\n".join(ours) + "\n")
     _run([python, "-m", "pip", "install", "--quiet", "--no-index", str(wheel)], cwd=work, env=env)
     elsewhere = work / "elsewhere"
