@@ -1,14 +1,24 @@
 """Triton kernels of family ``topk``: ``draft_topk`` in two launches. Semantics: spec_hal/topk.py.
 
-Launch 1 (grid: rows x tiles) reads each logit exactly once. Every program owns one tile of
-``BLOCK`` columns of one row and writes the tile's max ``m``, its sum ``s = sum exp(x - m)`` and
-its k best elements as sorted rank keys (value and id packed into one int64). Splitting every row into tiles is what keeps a small batch from
-running one row per program: at bs = 1 and V = 151,936 that is 38-75 programs, not 1.
+Launch 1 (grid: rows x chunks) reads each logit exactly once. Every program owns one chunk of
+consecutive ``BLOCK``-wide tiles of one row and writes the chunk's max ``m``, its sum
+``s = sum exp(x - m)`` (online softmax over its tiles) and its k best elements as sorted rank keys
+(value and id packed into one int64). Splitting every row into chunks is what keeps a small
+batch from running one row per program: at bs = 1 and V = 151,936 a chunk is one tile, 38-75
+programs, not 1.
 
-Launch 2 (grid: rows) merges a row's tiles: ``M = max m``, ``Z = sum s * exp(m - M)`` (the
-online-softmax normaliser), the k best of the tiles' sorted candidate lists by a k-way merge,
-``p = exp(v - M) / Z``. For k = 1
-this is ``1 / Z``, the exact top-1 probability, without materialising a softmax.
+The k best of a chunk are kept as a running list whose lowest key is a floor. A tile whose max
+logit is not above the floor's value cannot enter the list (its ids are larger, so a tie ranks
+below), and costs no more than k = 1: a max, an exp-sum and one scalar compare. Only the other
+tiles build rank keys, count the keys above the floor and insert that many (at most k), one
+max-reduction each. On random and real logits most tiles after a chunk's first few are skipped,
+so the k selection passes per tile of the old kernel (compute-bound at k > 1: 30-37% of copy
+bandwidth at k = 4 on the H100) become about k * ln(tiles) insertions per chunk.
+
+Launch 2 (grid: rows) merges a row's chunks: ``M = max m``, ``Z = sum s * exp(m - M)`` (the
+online-softmax normaliser), the k best of the chunks' sorted candidate lists by a k-way merge,
+``p = exp(v - M) / Z``. For k = 1 this is ``1 / Z``, the exact top-1 probability, without
+materialising a softmax.
 
 Ranking is by (value descending, id ascending), encoded in the rank key so that one integer
 max-reduction selects the next element: ties go to the lower id, no element is selected twice,
@@ -16,6 +26,7 @@ and masked tail lanes hold a key below every real one, so an id is always in [0,
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -70,35 +81,15 @@ def _masked_keys(ids):
 
 
 @triton.jit
-def _tile_topk_kernel(
-    logits_ptr,
-    stride_row,
-    stride_col,
-    vocab,
-    tile_max_ptr,
-    tile_sum_ptr,
-    cand_key_ptr,
-    num_tiles,
-    mask_ptr,
-    index_ptr,
-    map_ptr,
-    num_masks,
-    mask_width,
-    K: tl.constexpr,
-    BLOCK: tl.constexpr,
-    HAS_MASK: tl.constexpr,
-    HAS_INDEX: tl.constexpr,
-    HAS_MAP: tl.constexpr,
-):
-    row = tl.program_id(0)
-    tile = tl.program_id(1)
-    cols = tile * BLOCK + tl.arange(0, BLOCK)
-    in_vocab = cols < vocab
-    raw = tl.load(logits_ptr + row.to(tl.int64) * stride_row + cols.to(tl.int64) * stride_col, mask=in_vocab, other=0.0)
+def _tile_values(raw, cols, in_vocab, row, tile, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
+                 BLOCK: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_MAP: tl.constexpr):
+    """(float32 values to rank, allowed) of one tile of raw logits: NaN ranks as -inf, +inf as
+    FLT_MAX, ids past the vocabulary and ids the row's mask does not allow are -inf."""
     values = raw.to(tl.float32)
-    values = tl.where(values != values, float("-inf"), values)  # NaN ranks as -inf
-    values = tl.minimum(values, 3.4028234663852886e38)  # +inf ranks as FLT_MAX
+    values = tl.where(values != values, float("-inf"), values)
+    values = tl.minimum(values, 3.4028234663852886e38)
     values = tl.where(in_vocab, values, float("-inf"))
+    allowed = in_vocab
     if HAS_MASK:
         base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
         if HAS_MAP:  # the mask is in the target vocabulary
@@ -107,58 +98,156 @@ def _tile_topk_kernel(
         else:
             allowed = tile_allowed(mask_ptr, base, constrained, tile * BLOCK, mask_width, BLOCK)
         values = tl.where(allowed, values, float("-inf"))
-
-    tile_max = tl.max(values, axis=0)
-    safe_max = tl.where(tile_max == float("-inf"), 0.0, tile_max)
-    tile_sum = tl.sum(tl.where(in_vocab, tl.exp(values - safe_max), 0.0), axis=0)
-    tile_sum = tl.where(tile_max == float("-inf"), 0.0, tile_sum)
-    slot = row.to(tl.int64) * num_tiles + tile
-    tl.store(tile_max_ptr + slot, tile_max)
-    tl.store(tile_sum_ptr + slot, tile_sum)
-
-    # Pass j keeps the best key strictly below pass j-1's: no element is selected twice, and a
-    # tile with fewer than K valid lanes fills its tail with EMPTY_KEY.
-    keys = tl.where(in_vocab, _rank_keys(values, cols), EMPTY_KEY)
-    if HAS_MASK:
-        keys = tl.where(in_vocab & (allowed == 0), _masked_keys(cols), keys)
-    for j in tl.static_range(K):
-        best = tl.max(keys, axis=0)
-        tl.store(cand_key_ptr + slot * K + j, best)
-        keys = tl.where(keys == best, EMPTY_KEY, keys)
+    return values, allowed
 
 
 @triton.jit
-def _merge_tiles_kernel(
+def _tile_keys(values, allowed, cols, in_vocab, HAS_MASK: tl.constexpr):
+    """Rank keys of a tile (``_tile_values``): masked ids below every allowed one, EMPTY_KEY past
+    the vocabulary."""
+    keys = tl.where(in_vocab, _rank_keys(values, cols), EMPTY_KEY)
+    if HAS_MASK:
+        keys = tl.where(in_vocab & (allowed == 0), _masked_keys(cols), keys)
+    return keys
+
+
+@triton.jit
+def _best_of_tile(keys, lanes, K: tl.constexpr):
+    """The K best ``keys`` sorted descending in lanes 0..K-1, by K max-reductions. Lanes the tile
+    cannot fill hold distinct keys below every real and masked key (EMPTY_KEY + lane), so that a
+    running list's floor is always one lane; pad lanes (>= K) hold the largest int64."""
+    best = tl.where(lanes < K, EMPTY_KEY + lanes.to(tl.int64), 9223372036854775807)
+    for j in tl.static_range(K):
+        top = tl.max(keys, axis=0)
+        best = tl.where(lanes == j, tl.maximum(top, EMPTY_KEY + j), best)
+        keys = tl.where(keys == top, EMPTY_KEY, keys)
+    return best
+
+
+@triton.jit
+def _chunk_topk_kernel(
+    logits_ptr,
+    stride_row,
+    stride_col,
+    vocab,
     tile_max_ptr,
     tile_sum_ptr,
+    cand_key_ptr,
+    num_chunks,
+    tiles_per_chunk,
+    mask_ptr,
+    index_ptr,
+    map_ptr,
+    num_masks,
+    mask_width,
+    K: tl.constexpr,
+    K_PAD: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CHUNKED: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    HAS_INDEX: tl.constexpr,
+    HAS_MAP: tl.constexpr,
+):
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
+    lanes = tl.arange(0, K_PAD)
+    slot = row.to(tl.int64) * num_chunks + chunk
+    if CHUNKED:  # several tiles a program, kept above a running floor
+        first_tile = chunk * tiles_per_chunk
+        end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, BLOCK))
+        # Loads stop at the chunk's end (a scalar bound: the interpreter rejects a vector mask
+        # combined with a 0-d bool).
+        chunk_end = tl.minimum(end_tile * BLOCK, vocab)
+        best = tl.where(lanes < K, EMPTY_KEY + lanes.to(tl.int64), 9223372036854775807)
+        run_max = tl.full([], float("-inf"), tl.float32)
+        run_sum = tl.full([], 0.0, tl.float32)
+        cols = first_tile * BLOCK + tl.arange(0, BLOCK)
+        raw_next = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=cols < chunk_end, other=0.0)
+        for tile in range(first_tile, end_tile):
+            # The next tile's logits are in flight while this one is reduced.
+            raw = raw_next
+            cols = tile * BLOCK + tl.arange(0, BLOCK)
+            next_cols = cols + BLOCK
+            raw_next = tl.load(row_ptr + next_cols.to(tl.int64) * stride_col, mask=next_cols < chunk_end, other=0.0)
+            in_vocab = cols < vocab
+            values, allowed = _tile_values(raw, cols, in_vocab, row, tile, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
+                                           BLOCK, HAS_MASK, HAS_INDEX, HAS_MAP)
+            tile_max = tl.max(values, axis=0)
+            new_max = tl.maximum(run_max, tile_max)
+            safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+            tile_sum = tl.sum(tl.where(in_vocab, tl.exp(values - safe_max), 0.0), axis=0)
+            run_sum = run_sum * tl.exp(run_max - safe_max) + tile_sum
+            run_max = new_max
+            if tile == first_tile:
+                best = _best_of_tile(_tile_keys(values, allowed, cols, in_vocab, HAS_MASK), lanes, K)
+            else:
+                floor = tl.min(best, axis=0)
+                # A real floor (above every masked key) is beaten only by a larger value: this
+                # tile's ids are larger than every id already kept, so an equal value ranks below.
+                if (floor <= MASKED_KEY_TOP) | (tile_max > _key_value(floor)):
+                    keys = _tile_keys(values, allowed, cols, in_vocab, HAS_MASK)
+                    entering = tl.minimum(tl.sum((keys > floor).to(tl.int32), axis=0), K)
+                    for _ in range(entering):
+                        # The tile's best remaining key replaces the current floor if it beats it.
+                        top = tl.max(keys, axis=0)
+                        floor = tl.min(best, axis=0)
+                        best = tl.where(best == floor, tl.maximum(top, floor), best)
+                        keys = tl.where(keys == top, EMPTY_KEY, keys)
+        # Sorted (descending) for the merge's k-way heads.
+        sorted_best = best
+        for j in tl.static_range(K):
+            top = tl.max(tl.where(lanes < K, best, EMPTY_KEY), axis=0)
+            sorted_best = tl.where(lanes == j, top, sorted_best)
+            best = tl.where(best == top, EMPTY_KEY, best)
+        best = sorted_best
+    else:  # one tile a program (tiles_per_chunk is 1): K passes over it
+        cols = chunk * BLOCK + tl.arange(0, BLOCK)
+        in_vocab = cols < vocab
+        raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=in_vocab, other=0.0)
+        values, allowed = _tile_values(raw, cols, in_vocab, row, chunk, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
+                                       BLOCK, HAS_MASK, HAS_INDEX, HAS_MAP)
+        run_max = tl.max(values, axis=0)
+        safe_max = tl.where(run_max == float("-inf"), 0.0, run_max)
+        run_sum = tl.sum(tl.where(in_vocab, tl.exp(values - safe_max), 0.0), axis=0)
+        best = _best_of_tile(_tile_keys(values, allowed, cols, in_vocab, HAS_MASK), lanes, K)
+    tl.store(tile_max_ptr + slot, run_max)
+    tl.store(tile_sum_ptr + slot, run_sum)
+    tl.store(cand_key_ptr + slot * K + lanes, best, mask=lanes < K)
+
+
+@triton.jit
+def _merge_chunks_kernel(
+    chunk_max_ptr,
+    chunk_sum_ptr,
     cand_key_ptr,
     token_map_ptr,
     probs_ptr,
     ids_ptr,
-    num_tiles,
+    num_chunks,
     K: tl.constexpr,
-    TILES: tl.constexpr,
+    CHUNKS_PAD: tl.constexpr,
     HAS_TOKEN_MAP: tl.constexpr,
 ):
     row = tl.program_id(0)
-    tiles = tl.arange(0, TILES)
-    tile_ok = tiles < num_tiles
-    base = row.to(tl.int64) * num_tiles
-    tile_max = tl.load(tile_max_ptr + base + tiles, mask=tile_ok, other=float("-inf"))
-    tile_sum = tl.load(tile_sum_ptr + base + tiles, mask=tile_ok, other=0.0)
-    row_max = tl.max(tile_max, axis=0)
+    chunks = tl.arange(0, CHUNKS_PAD)
+    chunk_ok = chunks < num_chunks
+    base = row.to(tl.int64) * num_chunks
+    chunk_max = tl.load(chunk_max_ptr + base + chunks, mask=chunk_ok, other=float("-inf"))
+    chunk_sum = tl.load(chunk_sum_ptr + base + chunks, mask=chunk_ok, other=0.0)
+    row_max = tl.max(chunk_max, axis=0)
     row_finite = row_max > float("-inf")
     safe_row_max = tl.where(row_finite, row_max, 0.0)
-    scale = tl.where(tile_max > float("-inf"), tl.exp(tile_max - safe_row_max), 0.0)
+    scale = tl.where(chunk_max > float("-inf"), tl.exp(chunk_max - safe_row_max), 0.0)
     # An all -inf row has no normaliser; 1.0 keeps the (discarded) division finite.
-    normaliser = tl.where(row_finite, tl.sum(tile_sum * scale, axis=0), 1.0)
+    normaliser = tl.where(row_finite, tl.sum(chunk_sum * scale, axis=0), 1.0)
 
-    # k-way merge: each tile's keys are already sorted, so pass j compares only the tiles'
-    # current heads and advances the winning tile (keys are unique: they contain the id). A row
+    # k-way merge: each chunk's keys are already sorted, so pass j compares only the chunks'
+    # current heads and advances the winning chunk (keys are unique: they contain the id). A row
     # holds at least k real keys, so EMPTY_KEY is never emitted.
-    head = tl.zeros([TILES], dtype=tl.int32)
+    head = tl.zeros([CHUNKS_PAD], dtype=tl.int32)
     for j in tl.static_range(K):
-        head_keys = tl.load(cand_key_ptr + (base + tiles) * K + head, mask=tile_ok & (head < K), other=EMPTY_KEY)
+        head_keys = tl.load(cand_key_ptr + (base + chunks) * K + head, mask=chunk_ok & (head < K), other=EMPTY_KEY)
         best = tl.max(head_keys, axis=0)
         head += (head_keys == best).to(tl.int32)
         prob = tl.where(row_finite & (best > MASKED_KEY_TOP), tl.exp(_key_value(best) - safe_row_max) / normaliser, 0.0)
@@ -174,9 +263,28 @@ class TopkLaunch:
     block: int
     tile_warps: int
     merge_warps: int
+    tiles_per_chunk: int
+
+    @property
+    def chunked(self) -> bool:
+        return self.tiles_per_chunk > 1
+
+    def chunks(self, vocab: int) -> int:
+        return cdiv(cdiv(vocab, self.block), self.tiles_per_chunk)
 
 
 MASKED_BLOCK = 2048  # widest tile of a masked launch
+# Long rows over few programs: 2048-id tiles in chunks of at least CHUNK_MIN_TILES (32K ids), about
+# CHUNK_PROGRAMS_PER_SM programs per SM. Measured on the H100 (bs 256, V 151936, k 4 / 8: 139.6 /
+# 236.8 us with one tile a program, 93.2 / 125.3 us chunked); shorter chunks (8 tiles at V 32000,
+# 5 of 4096 ids at bs 64) were slower than one tile a program: each chunk's first tiles still
+# need their k passes, and fewer programs hide less latency.
+# Unmasked launches of k <= CHUNK_MAX_K only: with k = 16 the running list spills 6-75 registers on
+# gfx90a/gfx942/gfx950, and the mask and map loads beside it keep an 8-16 B local frame on sm_80 /
+# sm_90 / sm_100 (offline compile matrix, Triton 3.9).
+CHUNK_MIN_TILES = 16
+CHUNK_PROGRAMS_PER_SM = 2
+CHUNK_MAX_K = 8
 
 
 def _padded(count: int) -> int:
@@ -184,19 +292,29 @@ def _padded(count: int) -> int:
     return max(next_power_of_2(count), 2)
 
 
-def launch_config(target: KernelTarget, rows: int, vocab: int) -> TopkLaunch:
-    """Tile width and warps per target.
+@functools.lru_cache(maxsize=1024)  # a pure function of (target, ints): computed once per shape
+def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = False, k: int = 1) -> TopkLaunch:
+    """Tile width, warps and tiles per chunk per target.
 
-    Small batches use narrower tiles so that a row spreads over more programs (more SMs busy);
-    AMD runs wave64, so the same 256 threads per program are 4 warps instead of 8. The
-    interpreter runs one Python loop per program, so it takes the widest tile.
+    Large unmasked batches of long rows give each program a chunk of its row (``CHUNK_MIN_TILES``,
+    ``CHUNK_MAX_K``); other shapes give each program one tile, and small batches use narrower tiles so that a row spreads
+    over more programs (more SMs busy). AMD runs wave64, so the same 256 threads per program are 4
+    warps instead of 8. The interpreter runs one Python loop per program, so it takes the widest
+    tile, one per row. A masked launch has tiles of at most MASKED_BLOCK (the mask and map loads
+    spill at 16 elements per thread on sm_90).
     """
     if target.vendor == "interpreter":
-        return TopkLaunch(block=min(max(next_power_of_2(vocab), 16), 65536), tile_warps=1, merge_warps=1)
-    warps = target.warps(256)
+        return TopkLaunch(block=min(max(next_power_of_2(vocab), 16), 65536), tile_warps=1, merge_warps=1, tiles_per_chunk=1)
+    warps, merge_warps = target.warps(256), target.warps(128)
+    tiles = cdiv(vocab, 2048)
+    chunk_tiles = cdiv(tiles, max(1, min(tiles, cdiv(CHUNK_PROGRAMS_PER_SM * target.multiprocessors, max(rows, 1)))))
+    if chunk_tiles >= CHUNK_MIN_TILES and k <= CHUNK_MAX_K and not masked:
+        return TopkLaunch(block=2048, tile_warps=warps, merge_warps=merge_warps, tiles_per_chunk=chunk_tiles)
     block = 2048 if rows * cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
     block = min(block, max(next_power_of_2(vocab), 128))
-    return TopkLaunch(block=block, tile_warps=warps, merge_warps=target.warps(128))
+    if masked:
+        block = min(block, MASKED_BLOCK)
+    return TopkLaunch(block=block, tile_warps=warps, merge_warps=merge_warps, tiles_per_chunk=1)
 
 
 def draft_topk(
@@ -216,102 +334,104 @@ def draft_topk(
         out = (torch.empty((rows, k), dtype=torch.float32, device=device), torch.empty((rows, k), dtype=torch.int64, device=device))
     if rows == 0:
         return out[0], out[1]
-    config = launch_config(target, rows, vocab)
-    if token_bitmask is not None:  # the mask (and map) loads spill at 16 elements per thread (sm_90)
-        config = TopkLaunch(block=min(config.block, MASKED_BLOCK), tile_warps=config.tile_warps, merge_warps=config.merge_warps)
-    num_tiles = cdiv(vocab, config.block)
+    has_mask = token_bitmask is not None
+    config = launch_config(target, rows, vocab, has_mask, k)
+    num_chunks = config.chunks(vocab)
     if token_map is not None:
         token_map = token_map.contiguous()  # indexed with unit stride (a no-op for the usual map)
     # Scratch comes from torch's caching allocator: no device malloc per call, capture-safe.
-    tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
-    tile_sum = torch.empty((rows, num_tiles), dtype=torch.float32, device=device)
-    cand_keys = torch.empty((rows, num_tiles, k), dtype=torch.int64, device=device)
-    has_mask = token_bitmask is not None
-    mask = token_bitmask.contiguous() if has_mask else tile_max  # placeholders, never read
-    _tile_topk_kernel[(rows, num_tiles)](
+    chunk_max = torch.empty((rows, num_chunks), dtype=torch.float32, device=device)
+    chunk_sum = torch.empty((rows, num_chunks), dtype=torch.float32, device=device)
+    cand_keys = torch.empty((rows, num_chunks, k), dtype=torch.int64, device=device)
+    mask = token_bitmask.contiguous() if has_mask else chunk_max  # placeholders, never read
+    _chunk_topk_kernel[(rows, num_chunks)](
         logits, logits.stride(0), logits.stride(1), vocab,
-        tile_max, tile_sum, cand_keys, num_tiles,
+        chunk_max, chunk_sum, cand_keys, num_chunks, config.tiles_per_chunk,
         mask, bitmask_index if bitmask_index is not None else mask, token_map if has_mask and token_map is not None else mask,
         mask.shape[0] if has_mask else 0, mask.shape[1] if has_mask else 0,
-        K=k, BLOCK=config.block, HAS_MASK=has_mask, HAS_INDEX=bitmask_index is not None,
+        K=k, K_PAD=next_power_of_2(k), BLOCK=config.block, CHUNKED=config.chunked, HAS_MASK=has_mask, HAS_INDEX=bitmask_index is not None,
         HAS_MAP=has_mask and token_map is not None, num_warps=config.tile_warps,
     )
-    _merge_tiles_kernel[(rows,)](
-        tile_max, tile_sum, cand_keys,
-        token_map if token_map is not None else tile_max,  # placeholder pointer, never read
-        out[0], out[1], num_tiles,
-        K=k, TILES=_padded(num_tiles), HAS_TOKEN_MAP=token_map is not None,
+    _merge_chunks_kernel[(rows,)](
+        chunk_max, chunk_sum, cand_keys,
+        token_map if token_map is not None else chunk_max,  # placeholder pointer, never read
+        out[0], out[1], num_chunks,
+        K=k, CHUNKS_PAD=_padded(num_chunks), HAS_TOKEN_MAP=token_map is not None,
         num_warps=config.merge_warps,
     )
     return out[0], out[1]
 
 
-PROVIDERS = {"draft_topk": (draft_topk, "kernels/topk.py: tile top-k + merge, 2 launches")}
+PROVIDERS = {"draft_topk": (draft_topk, "kernels/topk.py: chunk top-k above a running floor + merge, 2 launches")}
 
 _LOGIT_TYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 
 
-# (HAS_MASK, HAS_INDEX, HAS_MAP, index pointer type, map pointer type) of the tile kernel's launches.
+# (HAS_MASK, HAS_INDEX, HAS_MAP, index pointer type, map pointer type) of the chunk kernel's launches.
 _MASKINGS = ((False, False, False, "*fp32", "*fp32"), (True, False, False, "*i32", "*i32"), (True, True, False, "*i32", "*i32"),
              (True, True, True, "*i64", "*i64"), (True, True, True, "*i32", "*i32"))
 
 
-def _tile_signature(logit_type: str, k: int, block: int, vocab: int, has_mask, has_index, has_map, index_type, map_type):
-    """(signature, constexprs, runtime int values) of one ``_tile_topk_kernel`` launch."""
+def _chunk_signature(logit_type: str, k: int, config: TopkLaunch, vocab: int, has_mask, has_index, has_map, index_type, map_type):
+    """(signature, constexprs, runtime int values) of one ``_chunk_topk_kernel`` launch."""
     mask_type = "*i32" if has_mask else "*fp32"
     signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
-                 "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64", "num_tiles": "i32",
-                 "mask_ptr": mask_type, "index_ptr": index_type if has_index else mask_type, "map_ptr": map_type if has_map else mask_type,
-                 "num_masks": "i32", "mask_width": "i32", "K": "constexpr", "BLOCK": "constexpr", "HAS_MASK": "constexpr",
-                 "HAS_INDEX": "constexpr", "HAS_MAP": "constexpr"}
-    constexprs = {"K": k, "BLOCK": block, "HAS_MASK": has_mask, "HAS_INDEX": has_index, "HAS_MAP": has_map}
+                 "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64", "num_chunks": "i32",
+                 "tiles_per_chunk": "i32", "mask_ptr": mask_type, "index_ptr": index_type if has_index else mask_type,
+                 "map_ptr": map_type if has_map else mask_type, "num_masks": "i32", "mask_width": "i32", "K": "constexpr",
+                 "K_PAD": "constexpr", "BLOCK": "constexpr", "CHUNKED": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr",
+                 "HAS_MAP": "constexpr"}
+    constexprs = {"K": k, "K_PAD": next_power_of_2(k), "BLOCK": config.block, "CHUNKED": config.chunked, "HAS_MASK": has_mask,
+                  "HAS_INDEX": has_index, "HAS_MAP": has_map}
     width = cdiv(vocab, 32) if has_mask else 0
-    values = {"stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_tiles": cdiv(vocab, block),
-              "num_masks": 64 if has_mask else 0, "mask_width": width}
+    values = {"stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_chunks": config.chunks(vocab),
+              "tiles_per_chunk": config.tiles_per_chunk, "num_masks": 64 if has_mask else 0, "mask_width": width}
     return signature, constexprs, values
 
 
 def compile_specs(target: KernelTarget):
     """Every distinct (kernel, signature, constexprs, num_warps[, attrs]) the host function launches
-    on ``target``: each launch config, each logits dtype, and the smallest and largest k (k only
-    sets how many selection passes are unrolled, so these bound register use); each generic
-    (misaligned pointers) and as Triton specialises it at run time for contiguous logits
-    (``launch.runtime_specialized``: the unit column stride is a constexpr)."""
+    on ``target``: each launch config, each logits dtype, and the smallest and largest k (k sets
+    the candidate list's width and how many passes are unrolled, so these bound register use; a
+    chunked launch's largest k is CHUNK_MAX_K); each generic (misaligned pointers) and as Triton specialises it at run time for
+    contiguous logits (``launch.runtime_specialized``: the unit column stride is a constexpr)."""
     specs = {}
     for rows, vocab in ((1, 151936), (256, 151936), (1, 127)):
-        config = launch_config(target, rows, vocab)
-        for k in (1, MAX_TOPK):
+        for k in (1, CHUNK_MAX_K, MAX_TOPK):
             for logit_type in _LOGIT_TYPES:
                 for masking in _MASKINGS:
-                    block = min(config.block, MASKED_BLOCK) if masking[0] else config.block
-                    signature, constexprs, values = _tile_signature(logit_type, k, block, vocab, *masking)
-                    key = ("tile", logit_type, k, block, config.tile_warps, masking)
-                    specs[key] = (_tile_topk_kernel, signature, constexprs, config.tile_warps)
-                    specs[key + (vocab,)] = runtime_specialized(target, _tile_topk_kernel, signature, constexprs, config.tile_warps,
+                    config = launch_config(target, rows, vocab, masking[0], k)
+                    if k == CHUNK_MAX_K and not config.chunked:
+                        continue  # one tile a program: bounded by k = 1 and MAX_TOPK
+                    signature, constexprs, values = _chunk_signature(logit_type, k, config, vocab, *masking)
+                    key = ("chunk", logit_type, k, config.block, config.chunked, config.tile_warps, masking)
+                    specs[key] = (_chunk_topk_kernel, signature, constexprs, config.tile_warps)
+                    specs[key + (vocab,)] = runtime_specialized(target, _chunk_topk_kernel, signature, constexprs, config.tile_warps,
                                                                 values=values)
-            # Without a token map the placeholder pointer is tile_max (fp32). A masked launch
-            # has narrower tiles (MASKED_BLOCK), so more of them to merge.
-            for block in sorted({config.block, min(config.block, MASKED_BLOCK)}):
-                tiles = _padded(cdiv(vocab, block))
+            # Without a token map the placeholder pointer is chunk_max (fp32). A masked launch
+            # has narrower tiles (MASKED_BLOCK), so possibly more chunks to merge.
+            for masked in (False, True):
+                config = launch_config(target, rows, vocab, masked, k)
+                chunks = config.chunks(vocab)
                 for map_type, has_map in (("i32", True), ("i64", True), ("fp32", False)):
-                    signature = {"tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
+                    signature = {"chunk_max_ptr": "*fp32", "chunk_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
                                  "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
-                                 "ids_ptr": "*i64", "num_tiles": "i32", "K": "constexpr", "TILES": "constexpr",
+                                 "ids_ptr": "*i64", "num_chunks": "i32", "K": "constexpr", "CHUNKS_PAD": "constexpr",
                                  "HAS_TOKEN_MAP": "constexpr"}
-                    constexprs = {"K": k, "TILES": tiles, "HAS_TOKEN_MAP": has_map}
-                    specs[("merge", map_type, k, tiles, config.merge_warps)] = (_merge_tiles_kernel, signature, constexprs, config.merge_warps)
-                    specs[("merge", map_type, k, tiles, config.merge_warps, vocab)] = runtime_specialized(
-                        target, _merge_tiles_kernel, signature, constexprs, config.merge_warps,
-                        values={"num_tiles": cdiv(vocab, block)})
+                    constexprs = {"K": k, "CHUNKS_PAD": _padded(chunks), "HAS_TOKEN_MAP": has_map}
+                    key = ("merge", map_type, k, _padded(chunks), config.merge_warps)
+                    specs[key] = (_merge_chunks_kernel, signature, constexprs, config.merge_warps)
+                    specs[key + (chunks,)] = runtime_specialized(target, _merge_chunks_kernel, signature, constexprs, config.merge_warps,
+                                                                 values={"num_chunks": chunks})
     return list(specs.values())
 
 
 def describe_launch(target: KernelTarget) -> list[str]:
     lines = []
-    for rows, vocab in ((1, 151936), (64, 151936), (256, 32000)):
+    for rows, vocab in ((1, 151936), (64, 151936), (256, 32000), (256, 151936)):
         config = launch_config(target, rows, vocab)
         lines.append(
-            f"draft_topk bs={rows} V={vocab}: BLOCK={config.block}, {cdiv(vocab, config.block)} tiles/row, "
-            f"{config.tile_warps} warps x {target.warp_size} lanes, merge {config.merge_warps} warps"
+            f"draft_topk bs={rows} V={vocab}: BLOCK={config.block}, {cdiv(vocab, config.block)} tiles/row in "
+            f"{config.chunks(vocab)} chunks, {config.tile_warps} warps x {target.warp_size} lanes, merge {config.merge_warps} warps"
         )
     return lines

@@ -65,6 +65,36 @@ def test_draft_topk_matches_reference(backend, vocab, k, rows, dtype):
     _check_invariants(logits_cpu, k, probs, ids)
 
 
+# Long rows in a large batch: on a GPU each program then owns a chunk of many tiles of its row and
+# keeps its k best above a running floor (kernels/topk.py, unmasked k <= 8: 320 rows of 40,000 ids
+# are 20-tile chunks on a 132-SM H100); the grid above gives every program one tile. An ascending
+# row beats the floor in every tile; bfloat16 rounding and the "ties" rows put equal values on it.
+@pytest.mark.parametrize("k, dtype, masked", [(1, torch.float32, False), (4, torch.bfloat16, False), (8, torch.float32, False),
+                                              (16, torch.float32, False), (8, torch.float32, True)],
+                         ids=["k1-float32", "k4-bfloat16", "k8-float32", "k16-float32", "k8-masked"])
+def test_draft_topk_large_batch_long_rows(backend, k, dtype, masked):
+    from spec_hal.masks import pack_bitmask
+
+    rows, vocab = 320, 40000
+    logits_cpu = logits_rows(rows, vocab, seed=29 + k, dtype=dtype)
+    logits_cpu[5] = torch.arange(vocab, dtype=torch.float32).to(dtype)
+    device_kwargs, reference_kwargs = {}, {}
+    if masked:
+        generator = torch.Generator().manual_seed(31)
+        allowed = torch.rand(rows, vocab, generator=generator) < 0.5
+        allowed[7] = False
+        allowed[7, [11, vocab - 1]] = True  # fewer allowed tokens than k
+        index = torch.arange(rows, dtype=torch.int32)
+        index[1::3] = -1
+        reference_kwargs = {"token_bitmask": pack_bitmask(allowed), "bitmask_index": index}
+        device_kwargs = {name: value.to(backend.device) for name, value in reference_kwargs.items()}
+    logits = embedded_input(logits_cpu, backend.device, margin_value=3.0e4)
+    probs, ids = _run_guarded(backend, logits, k, **device_kwargs)
+    expected_probs, expected_ids = reference_draft_topk(logits_cpu, k, **reference_kwargs)
+    assert torch.equal(ids, expected_ids), f"ids differ from the reference: {(ids != expected_ids).nonzero()[:8].tolist()}"
+    assert_close("draft_topk", "probs", probs, expected_probs, input_dtype=dtype)
+
+
 def test_draft_topk_golden(backend):
     """Hand-computed: ties go to the lower id; probabilities from the closed form."""
     logits = torch.tensor([[1.0, 3.0, 3.0, 0.0, float("nan")], [float("-inf")] * 5], device=backend.device)

@@ -1,0 +1,86 @@
+"""``draft_topk``'s chunk kernel over several tiles per program: the running candidate list, its
+floor and the tiles it skips (kernels/topk.py).
+
+The interpreter's own launch config gives every row one tile, so the conformance suite never
+carries a candidate list from one tile to the next there. This test launches the kernels through
+the interpreter with 32-id tiles, 1, 3 and all tiles per chunk, on logits chosen to make the
+floor matter (ascending rows enter every tile, descending rows skip all but the first, heavy ties
+sit on the floor's value, NaN/inf, all -inf and all-NaN rows, masks with fewer allowed tokens than
+k, a token map), and compares ids bit for bit and probabilities within the suite's tolerance with
+the cpu reference. Runs in a fresh process: TRITON_INTERPRET must be set before kernels are defined.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PROBE = textwrap.dedent("""
+    import json, torch
+    import spec_hal
+    from spec_hal.masks import pack_bitmask
+    import spec_hal.kernels.topk as kt
+
+    default_launch = kt.launch_config
+
+    def launch_with(tiles_per_chunk):
+        def launch(target, rows, vocab, masked=False, k=1):
+            tiles = -(-vocab // 32)
+            return kt.TopkLaunch(block=32, tile_warps=1, merge_warps=1, tiles_per_chunk=min(tiles_per_chunk, tiles))
+        return launch
+
+    reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
+    generator = torch.Generator().manual_seed(5)
+    rows, vocab = 8, 150  # 5 tiles of 32 ids, the last one partial
+    logits = torch.randn(rows, vocab, generator=generator)
+    logits[1] = torch.arange(vocab, dtype=torch.float32)            # every tile beats the floor
+    logits[2] = -torch.arange(vocab, dtype=torch.float32)           # only the first tile enters
+    logits[3] = torch.randint(0, 3, (vocab,), generator=generator).float()  # ties on the floor's value
+    logits[4, ::7] = float("nan")
+    logits[4, 100] = float("inf")
+    logits[4, 140] = float("inf")
+    logits[5] = float("-inf")
+    logits[6] = float("nan")
+    logits[7, :120] = float("-inf")                                   # the last tiles hold every finite value
+
+    allowed = torch.rand(rows, vocab, generator=generator) < 0.6
+    allowed[2] = False
+    allowed[2, [3, 97]] = True                                        # fewer allowed tokens than k
+    allowed[3] = False                                                # nothing allowed
+    mask = pack_bitmask(allowed)
+    index = torch.arange(rows, dtype=torch.int32)
+    index[1::3] = -1
+    token_map = torch.randperm(vocab, generator=generator)
+    cases = {
+        "plain": {},
+        "bf16": {"dtype": torch.bfloat16},
+        "masked": {"token_bitmask": mask},
+        "masked with index": {"token_bitmask": mask, "bitmask_index": index},
+        "token map": {"token_map": token_map},
+        "masked token map": {"token_map": token_map, "token_bitmask": pack_bitmask(allowed[:, token_map.argsort()])},
+    }
+    results = {}
+    for tiles_per_chunk in (1, 3, 5):
+        kt.launch_config = launch_with(tiles_per_chunk)
+        for name, args in cases.items():
+            args = dict(args)
+            x = logits.to(args.pop("dtype", torch.float32))
+            for k in (1, 3, 5, 16):
+                want, got = reference.draft_topk(x, k, **args), kernels.draft_topk(x, k, **args)
+                same_ids = torch.equal(want[1], got[1])
+                close = torch.allclose(want[0], got[0], rtol=1e-5, atol=1e-7)
+                results[f"tiles_per_chunk={tiles_per_chunk} {name} k={k}"] = bool(same_ids and close)
+    print(json.dumps(results))
+""")
+
+
+def test_chunked_candidate_lists_match_the_reference():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", SPEC_HAL_BACKEND="triton-interpret")
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(results) == 3 * 6 * 4
+    assert all(results.values()), {case: same for case, same in results.items() if not same}
