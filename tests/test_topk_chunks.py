@@ -9,13 +9,9 @@ sit on the floor's value, NaN/inf, all -inf and all-NaN rows, masks with fewer a
 k, a token map), and compares ids bit for bit and probabilities within the suite's tolerance with
 the cpu reference. Runs in a fresh process: TRITON_INTERPRET must be set before kernels are defined.
 """
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
-import pytest
+from interpreter_probe import run_interpreter_probe
 
 PROBE = textwrap.dedent("""
     import json, torch
@@ -77,10 +73,6 @@ PROBE = textwrap.dedent("""
 
 
 def test_chunked_candidate_lists_match_the_reference():
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", SPEC_HAL_BACKEND="triton-interpret")
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = run_interpreter_probe(PROBE, timeout=900)
     assert len(results) == 3 * 6 * 4
     assert all(results.values()), {case: same for case, same in results.items() if not same}

@@ -7,13 +7,9 @@ launches the kernels through the interpreter with 32-id tiles in one chunk (seve
 program), both read-ahead settings, and compares every integer output with the cpu reference.
 Runs in a fresh process: TRITON_INTERPRET must be set before kernels are defined.
 """
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
-import pytest
+from interpreter_probe import run_interpreter_probe
 
 PROBE = textwrap.dedent("""
     import dataclasses, json, torch
@@ -64,10 +60,6 @@ PROBE = textwrap.dedent("""
 
 
 def test_read_ahead_and_plain_tile_loops_match_the_reference():
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", SPEC_HAL_BACKEND="triton-interpret")
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = run_interpreter_probe(PROBE, timeout=600)
     assert len(results) == 18
     assert all(results.values()), {case: same for case, same in results.items() if not same}

@@ -1,0 +1,20 @@
+"""Helper of tests whose probe must run under the Triton interpreter in a fresh process
+(TRITON_INTERPRET is read when kernels are defined, so it cannot be switched on inside pytest)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run_interpreter_probe(source: str, *, timeout: int = 900) -> dict:
+    """Run ``source`` with TRITON_INTERPRET=1 on the triton-interpret backend; return the JSON
+    object it prints on its last line (fails the test with its stderr if it exits non-zero)."""
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", SPEC_HAL_BACKEND="triton-interpret")
+    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, env=env, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
