@@ -130,8 +130,8 @@ def _chunk_topk_kernel(
     stride_row,
     stride_col,
     vocab,
-    tile_max_ptr,
-    tile_sum_ptr,
+    chunk_max_ptr,
+    chunk_sum_ptr,
     cand_key_ptr,
     num_chunks,
     tiles_per_chunk,
@@ -219,8 +219,8 @@ def _chunk_topk_kernel(
             top = tl.max(keys, axis=0)
             tl.store(cand_key_ptr + slot * K + j, top)
             keys = tl.where(keys == top, EMPTY_KEY, keys)
-    tl.store(tile_max_ptr + slot, run_max)
-    tl.store(tile_sum_ptr + slot, run_sum)
+    tl.store(chunk_max_ptr + slot, run_max)
+    tl.store(chunk_sum_ptr + slot, run_sum)
 
 
 @triton.jit
@@ -307,9 +307,9 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
     """Tile width, warps and tiles per chunk per target.
 
     Large unmasked batches of long rows give each program a chunk of its row (``CHUNK_MIN_TILES``,
-    ``CHUNK_MAX_K``); other shapes give each program one tile, and small batches use narrower tiles so that a row spreads
-    over more programs (more SMs busy). AMD runs wave64, so the same 256 threads per program are 4
-    warps instead of 8. The interpreter runs one Python loop per program, so it takes the widest
+    ``CHUNK_MAX_K``); other shapes give each program one tile, and small batches use narrower
+    tiles so that a row spreads over more programs (more SMs busy). AMD runs wave64, so the same
+    256 threads per program are 4 warps instead of 8. The interpreter runs one Python loop per program, so it takes the widest
     tile, one per row. A masked launch has tiles of at most MASKED_BLOCK (the mask and map loads
     spill at 16 elements per thread on sm_90).
     """
@@ -386,7 +386,7 @@ def _chunk_signature(logit_type: str, k: int, config: TopkLaunch, vocab: int, ha
     """(signature, constexprs, runtime int values) of one ``_chunk_topk_kernel`` launch."""
     mask_type = "*i32" if has_mask else "*fp32"
     signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
-                 "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp32", "cand_key_ptr": "*i64", "num_chunks": "i32",
+                 "chunk_max_ptr": "*fp32", "chunk_sum_ptr": "*fp32", "cand_key_ptr": "*i64", "num_chunks": "i32",
                  "tiles_per_chunk": "i32", "mask_ptr": mask_type, "index_ptr": index_type if has_index else mask_type,
                  "map_ptr": map_type if has_map else mask_type, "num_masks": "i32", "mask_width": "i32", "K": "constexpr",
                  "K_PAD": "constexpr", "BLOCK": "constexpr", "CHUNKED": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr",
