@@ -112,11 +112,18 @@ def _tile_keys(values, allowed, cols, in_vocab, HAS_MASK: tl.constexpr):
 
 
 @triton.jit
+def _empty_list(lanes, K: tl.constexpr):
+    """A running list with no key yet: lanes 0..K-1 hold distinct keys below every real and masked
+    key (EMPTY_KEY + lane), so that the list's floor is always one lane; pad lanes (>= K) hold the
+    largest int64 and never become the floor."""
+    return tl.where(lanes < K, EMPTY_KEY + lanes.to(tl.int64), 9223372036854775807)
+
+
+@triton.jit
 def _best_of_tile(keys, lanes, K: tl.constexpr):
-    """A chunk's first running list: the K best ``keys`` in lanes 0..K-1, by K max-reductions.
-    Lanes the tile cannot fill hold distinct keys below every real and masked key (EMPTY_KEY +
-    lane), so that the list's floor is always one lane; pad lanes (>= K) hold the largest int64."""
-    best = tl.where(lanes < K, EMPTY_KEY + lanes.to(tl.int64), 9223372036854775807)
+    """A chunk's first running list: the K best ``keys`` in lanes 0..K-1, by K max-reductions;
+    lanes the tile cannot fill keep their ``_empty_list`` keys."""
+    best = _empty_list(lanes, K)
     for j in tl.static_range(K):
         top = tl.max(keys, axis=0)
         best = tl.where(lanes == j, tl.maximum(top, EMPTY_KEY + j), best)
@@ -159,7 +166,7 @@ def _chunk_topk_kernel(
         # Loads stop at the chunk's end (a scalar bound: the interpreter rejects a vector mask
         # combined with a 0-d bool).
         chunk_end = tl.minimum(end_tile * BLOCK, vocab)
-        best = tl.where(lanes < K, EMPTY_KEY + lanes.to(tl.int64), 9223372036854775807)
+        best = _empty_list(lanes, K)  # replaced by the first tile's list
         run_max = tl.full([], float("-inf"), tl.float32)
         run_sum = tl.full([], 0.0, tl.float32)
         cols = first_tile * BLOCK + tl.arange(0, BLOCK)
@@ -422,6 +429,8 @@ def compile_specs(target: KernelTarget):
             # has narrower tiles (MASKED_BLOCK), so possibly more chunks to merge.
             for masked in (False, True):
                 config = launch_config(target, rows, vocab, masked, k)
+                if k == CHUNK_MAX_K and not config.chunked:
+                    continue  # bounded by k = 1 and MAX_TOPK, as the chunk kernel above
                 chunks = config.chunks(vocab)
                 for map_type, has_map in (("i32", True), ("i64", True), ("fp32", False)):
                     signature = {"chunk_max_ptr": "*fp32", "chunk_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
