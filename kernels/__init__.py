@@ -28,6 +28,7 @@ KERNEL_MODULES = (
     "spec_hal.kernels.tree",
     "spec_hal.kernels.ragged",
     "spec_hal.kernels.tree_sampling",
+    "spec_hal.kernels.sampling_rows",
     "spec_hal.kernels.sampling",
 )
 

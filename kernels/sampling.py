@@ -1,13 +1,15 @@
 """Triton kernels of family ``sampling``. Semantics (every rounding, tie and key): spec_hal/sampling.py.
 
-* ``_process_kernel`` (grid: row blocks): logits rows to processed probabilities. Per row, passes
-  over the vocabulary: max/argmax (and the raw log-sum-exp when logprobs are asked for); when a
-  row of the block has top_p < 1 or 0 < top_k < V, the total weight and a 16-step bitwise search
-  over levels that finds the top-p and the top-k cut levels in the same passes, one pass counting
-  the ties at the top-k level and, only when the cut splits them, a ceil(log2 V)-step search for
-  the last tied id kept; the kept total; the probabilities (about 21 passes with both masks). Every quantity the masks use
-  is an exact integer (levels, weights, keys, int64 sums) or a single correctly rounded float
-  operation, so the result is bit-identical to the reference.
+* Processing every row (``process_logits``, and the verifies where every row is processed, then
+  walked): kernels/sampling_rows.py, split along the vocabulary across programs.
+* ``_row_statistics`` (a device function of the fused walk): the same statistics computed by one
+  program over a whole row. Passes over the vocabulary: max/argmax (and the raw log-sum-exp when
+  logprobs are asked for); when the row has top_p < 1 or 0 < top_k < V, the total weight and a
+  16-step bitwise search over levels that finds the top-p and the top-k cut levels in the same
+  passes, one pass counting the ties at the top-k level and, only when the cut splits them, a
+  ceil(log2 V)-step search for the last tied id kept; the kept total (about 21 passes with both
+  masks). Every quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or
+  a single correctly rounded float operation, so the result is bit-identical to the reference.
 * ``_hash_coins_kernel``: the counter-based coins (``hash(seed, offset, position, purpose)``),
   int64 arithmetic emulating uint32 exactly as the reference does (chains with draft_probs).
 * ``_fused_walk_kernel`` (grid: request blocks): the from-logits tree walk. A request computes the
@@ -35,63 +37,17 @@ from spec_hal import error_flag
 from spec_hal.types import DraftTree, Verdict
 
 from . import verify as verify_kernels
+from . import sampling_rows
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
+from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, NO_ID, _kept_weights, _levels, _load_logits, _probabilities,
+                            _request_params, _weights)
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
-FLT_MAX = tl.constexpr(3.4028234663852886e38)
-NO_ID = tl.constexpr(2**31 - 1)
-LEVEL_BITS = tl.constexpr(semantics.LEVEL_BITS)
-LEVEL_MAX = tl.constexpr(semantics.LEVEL_MAX)
-TOP_WEIGHT = tl.constexpr(2**semantics.WEIGHT_BITS)
-LEVEL_MASK = tl.constexpr((1 << semantics.LEVEL_BITS) - 1)
-ID_SCALE = tl.constexpr(1 << semantics.ID_BITS)
-ID_LAST = tl.constexpr((1 << semantics.ID_BITS) - 1)
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
-LOG2E_SCALED = tl.constexpr(semantics.LOG2E_SCALED)
-MIN_TOP_P = tl.constexpr(semantics.MIN_TOP_P)
-KEEP_ALL_KEY = tl.constexpr(semantics.LEVEL_MAX * (1 << semantics.ID_BITS) + (1 << semantics.ID_BITS) - 1)
 
 
 # ----------------------------------------------------------------------------------------------
 # device helpers
-
-
-@triton.jit
-def _load_logits(logits_ptr, row_offsets, cols, ok, stride_col):
-    """Sanitised float32 logits (NaN -> -inf, +inf -> FLT_MAX); -inf outside ``ok``."""
-    x = tl.load(logits_ptr + row_offsets[:, None] + cols[None, :].to(tl.int64) * stride_col, mask=ok, other=float("-inf")).to(tl.float32)
-    x = tl.where(x != x, float("-inf"), x)
-    x = tl.minimum(x, FLT_MAX)
-    return tl.where(ok, x, float("-inf"))
-
-
-@triton.jit
-def _levels(x, row_max, scale):
-    """Step 3 levels (int64): 0 at the max, floor(min((m - x) * c, LEVEL_MAX)) elsewhere."""
-    distance = row_max[:, None] - x
-    scaled = distance * scale[:, None]
-    level = tl.where(scaled < LEVEL_MAX, scaled, LEVEL_MAX)  # NaN -> LEVEL_MAX
-    level = tl.where(distance == 0, 0.0, level)
-    return level.to(tl.int64)
-
-
-@triton.jit
-def _weights(level, table_ptr):
-    """2^39 * 2^(-level / 1024) from the exact table (int64; 0 from LEVEL_MAX on)."""
-    mantissa = tl.load(table_ptr + (level & LEVEL_MASK))
-    return mantissa >> (level >> LEVEL_BITS)
-
-
-@triton.jit
-def _kept_weights(x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr):
-    """Steps 2-4: the kept weights (int64, 0 outside ``ok``) of logits ``x`` (R, L) at token
-    ``ids`` (R, L) or (1, L) of their rows."""
-    level = _levels(x, row_max, scale)
-    weight = _weights(level, table_ptr)
-    rank_key = level * ID_SCALE + ids.to(tl.int64)
-    keep = ok & (rank_key <= key_cut[:, None]) & (level <= level_cut[:, None]) & (weight >= min_weight[:, None])
-    kept = tl.where(keep, weight, 0)
-    return tl.where(ok, tl.where(greedy[:, None], tl.where(ids == argmax[:, None], TOP_WEIGHT, 0), kept), 0)
 
 
 @triton.jit
@@ -245,40 +201,6 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
 
 
 @triton.jit
-def _probabilities(kept, kept_total):
-    """Step 5: float32(w) / float32(W') (one correctly rounded division), 0 where W' = 0."""
-    denominator = tl.maximum(kept_total.to(tl.float32), 1.0)
-    probs = tl.math.div_rn(kept.to(tl.float32), tl.zeros_like(kept.to(tl.float32)) + denominator[:, None])
-    return tl.where(kept_total[:, None] > 0, probs, 0.0)
-
-
-@triton.jit
-def _process_kernel(logits_ptr, stride_row, stride_col, rows, vocab, id_bits, rows_per_request,
-                    greedy_ptr, scale_ptr, top_k_ptr, top_p_ptr, min_weight_ptr, table_ptr, probs_ptr, lse_ptr,
-                    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
-    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
-    request = tl.where(row_ok, row // rows_per_request, 0)
-    greedy = tl.load(greedy_ptr + request, mask=row_ok, other=1) != 0
-    scale = tl.load(scale_ptr + request, mask=row_ok, other=1.0)
-    top_k = tl.load(top_k_ptr + request, mask=row_ok, other=0)
-    top_p = tl.load(top_p_ptr + request, mask=row_ok, other=1.0)
-    min_weight = tl.load(min_weight_ptr + request, mask=row_ok, other=0)
-    row_offsets = row.to(tl.int64) * stride_row
-    row_max, argmax, lse, key_cut, level_cut, kept_total = _row_statistics(
-        logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
-        BLOCK_R, BLOCK_V, WANT_LSE)
-    if WANT_LSE:
-        tl.store(lse_ptr + row, lse, mask=row_ok)
-    for k in range(tl.cdiv(vocab, BLOCK_V)):
-        cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-        ok = row_ok[:, None] & (cols[None, :] < vocab)
-        x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-        kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-        tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], _probabilities(kept, kept_total), mask=ok)
-
-
-@triton.jit
 def _hash_coins_kernel(seed_ptr, offset_ptr, coins_ptr, final_ptr, bs, width, BLOCK_R: tl.constexpr, W_PAD: tl.constexpr):
     request = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     request_ok = request < bs
@@ -292,30 +214,6 @@ def _hash_coins_kernel(seed_ptr, offset_ptr, coins_ptr, final_ptr, bs, width, BL
              mask=request_ok[:, None] & (positions[None, :] < width))
     final = _hash_coin(seed, offset, tl.zeros([BLOCK_R], dtype=tl.int64), 2)
     tl.store(final_ptr + request, final, mask=request_ok)
-
-
-@triton.jit
-def _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
-                    tensor_params, req, req_ok, vocab):
-    """RowParams of (R,) requests (``semantics.row_params``, in the kernel: no launches on the
-    host). Bit b of ``tensor_params`` set: parameter b (temperature, top_k, top_p, min_p) comes
-    from its (bs,) tensor, else from the scalar (already float32 / a normalised int)."""
-    flags = tl.zeros_like(req) + tensor_params
-    temperature = tl.load(temperature_ptr + req, mask=req_ok & ((flags & 1) != 0), other=temperature_value).to(tl.float32)
-    greedy = (temperature > 0) == 0
-    scale = tl.math.div_rn(tl.zeros_like(temperature) + LOG2E_SCALED, tl.where(greedy, 1.0, temperature))
-    scale = tl.where(greedy, 1.0, scale)
-    top_k = tl.load(top_k_ptr + req, mask=req_ok & ((flags & 2) != 0), other=top_k_value).to(tl.int64)
-    top_k = tl.where((top_k > 0) & (top_k < vocab), top_k, 0).to(tl.int32)  # < V <= 2^23
-    top_p = tl.load(top_p_ptr + req, mask=req_ok & ((flags & 4) != 0), other=top_p_value).to(tl.float32).to(tl.float64)
-    top_p = tl.where(top_p < 1, top_p, 1.0)  # NaN: off
-    top_p = tl.where(top_p > 0, top_p, MIN_TOP_P)  # <= 0: the top level alone
-    min_p = tl.load(min_p_ptr + req, mask=req_ok & ((flags & 8) != 0), other=min_p_value).to(tl.float32).to(tl.float64)
-    min_p = tl.where(min_p > 0, tl.where(min_p < 1, min_p, 1.0), 0.0)
-    scaled = min_p * TOP_WEIGHT  # exact: a power-of-two scale
-    min_weight = scaled.to(tl.int64)
-    min_weight = tl.where(min_weight.to(tl.float64) < scaled, min_weight + 1, min_weight)  # ceil
-    return greedy, scale, top_k, top_p, min_weight
 
 
 @triton.jit
@@ -495,23 +393,6 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
 
 
 @dataclass(frozen=True)
-class ProcessLaunch:
-    rows: int  # BLOCK_R
-    block_v: int
-    warps: int
-
-
-def process_launch(target: KernelTarget, rows: int, vocab: int) -> ProcessLaunch:
-    """One row per program, 256 threads over a 2048-wide block on a GPU; the interpreter
-    vectorises many rows (tensors capped at 2^18 elements to bound its memory)."""
-    if target.vendor == "interpreter":
-        block_v = min(max(next_power_of_2(max(vocab, 1)), 16), 4096)
-        block_r = max(1, min(next_power_of_2(max(rows, 1)), 2**18 // block_v))
-        return ProcessLaunch(block_r, block_v, 1)
-    return ProcessLaunch(1, min(2048, max(next_power_of_2(max(vocab, 1)), 128)), target.warps(256))
-
-
-@dataclass(frozen=True)
 class FusedLaunch:
     requests: int  # BLOCK_R
     block_v: int
@@ -543,24 +424,6 @@ def _pow2(count: int) -> int:
 # host functions
 
 
-def _process_rows(logits: torch.Tensor, params: semantics.RowParams, rows_per_request: int, *, want_lse: bool, target: KernelTarget,
-                  out: Optional[torch.Tensor] = None):
-    """(probs (R, V) float32, lse (R,) float32 or None) of 2-D logits (any strides)."""
-    rows, vocab = logits.shape
-    probs = out if out is not None else torch.empty((rows, vocab), dtype=torch.float32, device=logits.device)
-    lse = torch.empty(rows if want_lse else 1, dtype=torch.float32, device=logits.device)
-    if rows == 0:
-        return probs, (lse if want_lse else None)
-    config = process_launch(target, rows, vocab)
-    _process_kernel[(cdiv(rows, config.rows),)](
-        logits, logits.stride(0), logits.stride(1), rows, vocab, max(1, (vocab - 1).bit_length()), rows_per_request,
-        params.greedy.to(torch.int8), params.scale, params.top_k, params.top_p, params.min_weight,
-        semantics.exp2_table(logits.device), probs, lse,
-        BLOCK_R=config.rows, BLOCK_V=config.block_v, WANT_LSE=want_lse, num_warps=config.warps,
-    )
-    return probs, (lse if want_lse else None)
-
-
 def _coins(bs: int, width: int, device, *, seed, offset, generator, coins, final_coins, target: KernelTarget):
     """The call's coins: the hash kernel for seed/offset, else as the reference draws them."""
     if seed is None or bs == 0:
@@ -577,8 +440,8 @@ def process_logits(logits: torch.Tensor, *, temperature, top_k=0, top_p=1.0, min
                    target: KernelTarget) -> torch.Tensor:
     """Triton provider of ``process_logits`` (arguments validated by the caller)."""
     rows, vocab = logits.shape
-    params = semantics.row_params(rows, vocab, logits.device, temperature, top_k, top_p, min_p)
-    return _process_rows(logits, params, 1, want_lse=False, target=target, out=out)[0]
+    return sampling_rows.process_rows(logits, 1, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, want_lse=False,
+                                      target=target, out=out)[0]
 
 
 def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, target_logits: torch.Tensor, *, temperature, top_k=0,
@@ -589,9 +452,9 @@ def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, targe
     bs, nodes = candidates.shape
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
+    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     if _every_row_in_parallel(target, bs * nodes):
-        params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
-        probs, lse = _process_rows(logits, params, nodes, want_lse=logprobs == "raw", target=target)
+        probs, lse = sampling_rows.process_rows(logits, nodes, **sampling, want_lse=logprobs == "raw", target=target)
         accept, final = _coins(bs, nodes, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
                                final_coins=final_coins, target=target)
         verdict = verify_kernels.verify_sampling(tree, candidates, probs, accept, final, out=out, target=target)
@@ -601,28 +464,30 @@ def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, targe
                                   target=target)
     if logprobs is None or not top_logprobs:
         return semantics.SampledVerdict(verdict, values)
-    params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
-    return _with_top_logprobs(verdict, values, logits, params, logprobs, top_logprobs, target)
+    return _with_top_logprobs(verdict, values, logits, sampling, logprobs, top_logprobs, target)
+
+
+# Up to this many rows per SM/CU, processing every row split along the vocabulary and then
+# walking beats the fused walk (H100, bf16, top-k 50 + top-p 0.95, same run, 2026-11-26): at
+# bs 64 N 4 (256 rows) 782 vs 1272 us (V 32000) and 3802 vs 7907 us (V 151936); at 512 rows the
+# fused walk wins at V 32000 (1490 vs 1273 us) and nearly ties at V 151936 (7435 vs 7892 us);
+# beyond, it wins by far (bs 256 N 16, V 32000: 11948 vs 1729 us), as it processes only the rows
+# on each request's path.
+EVERY_ROW_ROWS_PER_SM = 2
 
 
 def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
-    """Whether to process every row (one program per row, all at once) and then walk, rather than
-    run the fused walk. With no more rows than SMs/CUs (bs 1-8 at these tree sizes) every row is
-    processed in one wave, so the call costs one row's latency, while the fused walk processes a
-    request's path rows one after another in one program. The interpreter always runs the fused
-    walk (the conformance suite checks it there at every size). AMD never does yet: on gfx942 the
-    fused walk's per-request scalar state spills SGPRs (14 with one request a program, 61 with
-    two; offline compile matrix), so it is not compiled for AMD until that is solved."""
+    """Whether to process every row (kernels/sampling_rows.py, the whole GPU on every row) and
+    then walk, rather than run the fused walk (one program per request processes the rows on its
+    path one after another: few rows' work, but a small batch uses a few SMs for milliseconds).
+    The interpreter always runs the fused walk (the conformance suite checks it there at every
+    size; the split processing is checked there through ``process_logits``, the chains with draft
+    probabilities, top_logprobs and tests/test_sampling_split.py). AMD never runs the fused walk
+    yet: on gfx942 its per-request scalar state spills SGPRs (14 with one request a program, 61
+    with two; offline compile matrix), so it is not compiled for AMD until that is solved."""
     if target.vendor == "amd":
         return True
-    return target.vendor != "interpreter" and rows <= target.multiprocessors
-
-
-def _scalar_or_tensor(value, dtype, placeholder: torch.Tensor, bit: int):
-    """(pointer, scalar, flag bit) of a per-request parameter for ``_request_params``."""
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype).contiguous(), 0, bit  # the kernel indexes it by request: stride 1
-    return placeholder, value, 0
+    return target.vendor != "interpreter" and rows <= EVERY_ROW_ROWS_PER_SM * target.multiprocessors
 
 
 # What the fused walk records (a candidate id < -1 or >= V, a tree link neither -1 nor in [1, N)):
@@ -645,15 +510,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         return out, values
     table = semantics.exp2_table(device)
     float_placeholder = values if values is not None else torch.empty(1, dtype=torch.float32, device=device)
-    if isinstance(top_k, torch.Tensor):
-        top_k_arg = _scalar_or_tensor(top_k, torch.int64, table, 2)
-    else:  # normalised on the host: off unless 0 < k < V (a Python int may exceed int64 range checks)
-        top_k_arg = (table, top_k if 0 < top_k < vocab else 0, 0)
-    params = (_scalar_or_tensor(temperature, torch.float32, float_placeholder, 1), top_k_arg,
-              _scalar_or_tensor(top_p, torch.float32, float_placeholder, 4), _scalar_or_tensor(min_p, torch.float32, float_placeholder, 8))
-    pointers = [param[0] for param in params]
-    scalars = [float(params[0][1]), int(params[1][1]), float(params[2][1]), float(params[3][1])]
-    flags = sum(param[2] for param in params)
+    params = sampling_rows.kernel_params(vocab, float_placeholder, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     hashed = seed is not None
     if hashed:
         accept, final = float_placeholder, float_placeholder
@@ -665,7 +522,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
     num_blocks = cdiv(vocab, config.block_v)
     _fused_walk_kernel[(cdiv(bs, config.requests),)](
         logits, logits.stride(0), logits.stride(1), vocab, max(1, (vocab - 1).bit_length()), table,
-        *pointers, *scalars, flags,
+        *params,
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), accept, final,
         seed.contiguous() if hashed else table, offset.contiguous() if hashed else table,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, float_placeholder, bs, nodes, tree.num_steps,
@@ -677,14 +534,14 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
     return out, values
 
 
-def _with_top_logprobs(verdict: Verdict, values, logits: torch.Tensor, params: semantics.RowParams, logprobs: str, top_n: int,
+def _with_top_logprobs(verdict: Verdict, values, logits: torch.Tensor, sampling: dict, logprobs: str, top_n: int,
                        target: KernelTarget) -> semantics.SampledVerdict:
     """The top-n alternatives at the emitted positions: the path rows (bs*(S+1)) only are
     processed again, not every row."""
     bs, width = verdict.accept_index.shape
     rows = verdict.accept_index.to(torch.int64).clamp(min=0).reshape(-1)
     path_logits = logits[rows]
-    probs, lse = _process_rows(path_logits, params, width, want_lse=logprobs == "raw", target=target)
+    probs, lse = sampling_rows.process_rows(path_logits, width, **sampling, want_lse=logprobs == "raw", target=target)
     local = torch.arange(bs * width, dtype=torch.int32, device=rows.device).reshape(bs, width)
     path_verdict = Verdict(verdict.predict[rows], torch.where(verdict.accept_index >= 0, local, verdict.accept_index), verdict.num_correct,
                            verdict.accept_lens)
@@ -715,6 +572,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
     nodes = steps + 1
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
+    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     if draft_probs is None and not _every_row_in_parallel(target, bs * nodes):
         candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
         tree_coins = tree_final = None
@@ -727,10 +585,8 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
                                       final_coins=tree_final, logprobs=logprobs, out=out, target=target, as_chain=True)
         if logprobs is None or not top_logprobs:
             return semantics.SampledVerdict(verdict, values)
-        params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
-        return _with_top_logprobs(verdict, values, logits, params, logprobs, top_logprobs, target)
-    params = semantics.row_params(bs, vocab, logits.device, temperature, top_k, top_p, min_p)
-    probs, lse = _process_rows(logits, params, nodes, want_lse=logprobs == "raw", target=target)
+        return _with_top_logprobs(verdict, values, logits, sampling, logprobs, top_logprobs, target)
+    probs, lse = sampling_rows.process_rows(logits, nodes, **sampling, want_lse=logprobs == "raw", target=target)
     accept, final = _coins(bs, steps, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
                            final_coins=final_coins, target=target)
     if draft_probs is None:
@@ -756,7 +612,6 @@ PROVIDERS = {
 # offline compilation and launch descriptions
 
 _LOGIT_TYPES = ("fp32", "bf16", "fp16")
-_SHAPES = ((4, 32000), (1024, 151936), (6, 10))
 # (bs, N, V, S) of the fused walk: production shapes and an odd tiny one.
 _FUSED_SHAPES = ((1, 4, 32000, 3), (64, 16, 151936, 5), (3, 6, 10, 5))
 
@@ -764,19 +619,6 @@ _FUSED_SHAPES = ((1, 4, 32000, 3), (64, 16, 151936, 5), (3, 6, 10, 5))
 def compile_specs(target: KernelTarget):
     """Every (kernel, signature, constexprs, num_warps[, attrs]) the host functions launch."""
     specs = []
-    for rows, vocab in _SHAPES:
-        config = process_launch(target, rows, vocab)
-        for logit_type in _LOGIT_TYPES:
-            for want_lse in (False, True):
-                signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "rows": "i32", "vocab": "i32",
-                             "id_bits": "i32", "rows_per_request": "i32", "greedy_ptr": "*i8", "scale_ptr": "*fp32", "top_k_ptr": "*i64",
-                             "top_p_ptr": "*fp64", "min_weight_ptr": "*i64", "table_ptr": "*i64", "probs_ptr": "*fp32",
-                             "lse_ptr": "*fp32", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "WANT_LSE": "constexpr"}
-                constexprs = {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "WANT_LSE": want_lse}
-                specs.append((_process_kernel, signature, constexprs, config.warps))
-                specs.append(runtime_specialized(target, _process_kernel, signature, constexprs, config.warps,
-                                                 values={"stride_row": vocab, "stride_col": 1, "rows": rows, "vocab": vocab,
-                                                         "id_bits": max(1, (vocab - 1).bit_length()), "rows_per_request": 8}))
     fused_signature = {
         "stride_row": "i64", "stride_col": "i64", "vocab": "i32", "id_bits": "i32", "table_ptr": "*i64",
         "temperature_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "temperature_value": "fp32",
@@ -812,9 +654,6 @@ def compile_specs(target: KernelTarget):
 
 def describe_launch(target: KernelTarget) -> list[str]:
     lines = []
-    for rows, vocab in _SHAPES[:2]:
-        config = process_launch(target, rows, vocab)
-        lines.append(f"process rows={rows} V={vocab}: {config.rows} rows/program, BLOCK_V={config.block_v}, {config.warps} warps")
     for bs, nodes, vocab, _ in _FUSED_SHAPES[:2] if target.vendor != "amd" else ():
         config = fused_launch(target, bs, nodes, vocab)
         lines.append(f"fused walk bs={bs} N={nodes} V={vocab}: {config.requests} requests/program, BLOCK_V={config.block_v}, "

@@ -1,0 +1,627 @@
+"""Triton kernels of family ``sampling``: the row processing of spec_hal/sampling.py (steps 1-5,
+every rounding, tie and key defined there), split along the vocabulary so that many programs
+process one row at once.
+
+Why split: processing a row takes a max pass, a search for the top-p and top-k cut levels, a tie
+split and a kept total. Done by one program per row (``_row_statistics`` in kernels/sampling.py,
+about 21 passes with both masks), a small batch ran on a few SMs for milliseconds: 2.8 ms at
+bs 1, V 151936 on the H100, 6-18x slower than the torch code it replaces.
+
+Here each pass is one launch over a (chunks, row blocks) grid. A program owns ``chunk_len``
+consecutive ids of its rows and writes a few numbers per chunk that the next launch combines
+(every combined sum is of exact integers, so the order does not matter). The cut searches go 4
+bits at a time: a pass counts the tokens (top-k) and sums the weights (top-p) in the 16 level
+bins of the current window, so the 16-bit level search is 4 passes, not 16. The last one also
+gives each chunk's count of tokens at the top-k cut level, so the tie split needs no search
+over ids: the one chunk that holds the need-th tied token finds its id.
+
+Launches (the host skips 2-5 when no row can have a top-k or top-p mask):
+
+1. ``_chunk_max_kernel``: each chunk's max, its lowest argmax and sum exp(x - chunk max).
+2-5. ``_level_bins_kernel`` with DIGIT 0..3: the search state after DIGIT digits (level prefixes
+   and what lies below them, derived from the previous launch's bins; the chunk-0 program stores
+   it for the next launch), then this chunk's 16 bins of the window below the prefixes.
+6. ``_kept_kernel``: the final cuts, the top-k tie split, each chunk's kept total.
+7. ``_probs_kernel``: the row's kept total, the probabilities (and the log-sum-exp).
+
+``BLOCK_R`` rows share a program: 1 on a GPU; many under the interpreter (one chunk a row there,
+so that the statistical cases stay a few vectorised programs; tests/test_sampling_split.py runs
+the interpreter with many short chunks).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+import spec_hal.sampling as semantics
+
+from .launch import KernelTarget, cdiv, next_power_of_2, runtime_specialized
+
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
+NO_ID = tl.constexpr(2**31 - 1)
+LEVEL_BITS = tl.constexpr(semantics.LEVEL_BITS)
+LEVEL_MAX = tl.constexpr(semantics.LEVEL_MAX)
+TOP_WEIGHT = tl.constexpr(2**semantics.WEIGHT_BITS)
+LEVEL_MASK = tl.constexpr((1 << semantics.LEVEL_BITS) - 1)
+ID_SCALE = tl.constexpr(1 << semantics.ID_BITS)
+ID_LAST = tl.constexpr((1 << semantics.ID_BITS) - 1)
+LOG2E_SCALED = tl.constexpr(semantics.LOG2E_SCALED)
+MIN_TOP_P = tl.constexpr(semantics.MIN_TOP_P)
+KEEP_ALL_KEY = tl.constexpr(semantics.LEVEL_MAX * (1 << semantics.ID_BITS) + (1 << semantics.ID_BITS) - 1)
+# The level search: 4 digits of 4 bits (LEVEL_MAX < 2^16), 16 bins a pass.
+SEARCH_DIGITS = 4
+DIGITS = tl.constexpr(SEARCH_DIGITS)
+DIGIT_BINS = tl.constexpr(16)
+SEARCH_FIELDS = tl.constexpr(5)  # (top-p prefix, mass below it, top-k prefix, count below it, total weight)
+
+
+# ----------------------------------------------------------------------------------------------
+# the processing steps as device functions (also used by the walks of kernels/sampling.py)
+
+
+@triton.jit
+def _load_logits(logits_ptr, row_offsets, cols, ok, stride_col):
+    """Sanitised float32 logits (NaN -> -inf, +inf -> FLT_MAX); -inf outside ``ok``."""
+    x = tl.load(logits_ptr + row_offsets[:, None] + cols[None, :].to(tl.int64) * stride_col, mask=ok, other=float("-inf")).to(tl.float32)
+    x = tl.where(x != x, float("-inf"), x)
+    x = tl.minimum(x, FLT_MAX)
+    return tl.where(ok, x, float("-inf"))
+
+
+@triton.jit
+def _levels(x, row_max, scale):
+    """Step 3 levels (int64): 0 at the max, floor(min((m - x) * c, LEVEL_MAX)) elsewhere."""
+    distance = row_max[:, None] - x
+    scaled = distance * scale[:, None]
+    level = tl.where(scaled < LEVEL_MAX, scaled, LEVEL_MAX)  # NaN -> LEVEL_MAX
+    level = tl.where(distance == 0, 0.0, level)
+    return level.to(tl.int64)
+
+
+@triton.jit
+def _weights(level, table_ptr):
+    """2^39 * 2^(-level / 1024) from the exact table (int64; 0 from LEVEL_MAX on)."""
+    mantissa = tl.load(table_ptr + (level & LEVEL_MASK))
+    return mantissa >> (level >> LEVEL_BITS)
+
+
+@triton.jit
+def _kept_weights(x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr):
+    """Steps 2-4: the kept weights (int64, 0 outside ``ok``) of logits ``x`` (R, L) at token
+    ``ids`` (R, L) or (1, L) of their rows."""
+    level = _levels(x, row_max, scale)
+    weight = _weights(level, table_ptr)
+    rank_key = level * ID_SCALE + ids.to(tl.int64)
+    keep = ok & (rank_key <= key_cut[:, None]) & (level <= level_cut[:, None]) & (weight >= min_weight[:, None])
+    kept = tl.where(keep, weight, 0)
+    return tl.where(ok, tl.where(greedy[:, None], tl.where(ids == argmax[:, None], TOP_WEIGHT, 0), kept), 0)
+
+
+@triton.jit
+def _probabilities(kept, kept_total):
+    """Step 5: float32(w) / float32(W') (one correctly rounded division), 0 where W' = 0."""
+    denominator = tl.maximum(kept_total.to(tl.float32), 1.0)
+    probs = tl.math.div_rn(kept.to(tl.float32), tl.zeros_like(kept.to(tl.float32)) + denominator[:, None])
+    return tl.where(kept_total[:, None] > 0, probs, 0.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# split helpers
+
+
+@triton.jit
+def _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                    tensor_params, req, req_ok, vocab):
+    """RowParams of (R,) requests (``semantics.row_params``, in the kernel: no launches on the
+    host). Bit b of ``tensor_params`` set: parameter b (temperature, top_k, top_p, min_p) comes
+    from its (bs,) tensor, else from the scalar (already float32 / a normalised int)."""
+    flags = tl.zeros_like(req) + tensor_params
+    temperature = tl.load(temperature_ptr + req, mask=req_ok & ((flags & 1) != 0), other=temperature_value).to(tl.float32)
+    greedy = (temperature > 0) == 0
+    scale = tl.math.div_rn(tl.zeros_like(temperature) + LOG2E_SCALED, tl.where(greedy, 1.0, temperature))
+    scale = tl.where(greedy, 1.0, scale)
+    top_k = tl.load(top_k_ptr + req, mask=req_ok & ((flags & 2) != 0), other=top_k_value).to(tl.int64)
+    top_k = tl.where((top_k > 0) & (top_k < vocab), top_k, 0).to(tl.int32)  # < V <= 2^23
+    top_p = tl.load(top_p_ptr + req, mask=req_ok & ((flags & 4) != 0), other=top_p_value).to(tl.float32).to(tl.float64)
+    top_p = tl.where(top_p < 1, top_p, 1.0)  # NaN: off
+    top_p = tl.where(top_p > 0, top_p, MIN_TOP_P)  # <= 0: the top level alone
+    min_p = tl.load(min_p_ptr + req, mask=req_ok & ((flags & 8) != 0), other=min_p_value).to(tl.float32).to(tl.float64)
+    min_p = tl.where(min_p > 0, tl.where(min_p < 1, min_p, 1.0), 0.0)
+    scaled = min_p * TOP_WEIGHT  # exact: a power-of-two scale
+    min_weight = scaled.to(tl.int64)
+    min_weight = tl.where(min_weight.to(tl.float64) < scaled, min_weight + 1, min_weight)  # ceil
+    return greedy, scale, top_k, top_p, min_weight
+
+
+@triton.jit
+def _row_params(row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value,
+                top_p_value, min_p_value, tensor_params):
+    """(greedy, scale, top_k, top_p, min_weight) of (R,) rows: their requests' parameters."""
+    request = tl.where(row_ok, row // rows_per_request, 0)
+    return _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                           tensor_params, request, row_ok, vocab)
+
+
+@triton.jit
+def _chunk_cols(chunk, chunk_len, tile, BLOCK: tl.constexpr):
+    return chunk * chunk_len + tile * BLOCK + tl.arange(0, BLOCK)
+
+
+@triton.jit
+def _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD: tl.constexpr):
+    """(max, argmax) of (R,) rows from their chunks': the lowest id of the max, as one pass would
+    find it (an all -inf row: id 0, chunk 0's lowest)."""
+    lanes = tl.arange(0, C_PAD)
+    ok = row_ok[:, None] & (lanes[None, :] < chunks)
+    offsets = row.to(tl.int64)[:, None] * chunks + lanes[None, :]
+    chunk_max = tl.load(max_ptr + offsets, mask=ok, other=float("-inf"))
+    row_max = tl.max(chunk_max, axis=1)
+    chunk_arg = tl.load(arg_ptr + offsets, mask=ok, other=NO_ID)
+    argmax = tl.min(tl.where(ok & (chunk_max == row_max[:, None]), chunk_arg, NO_ID), axis=1)
+    return row_max, argmax
+
+
+@triton.jit
+def _row_lse(max_ptr, sum_ptr, row, row_ok, chunks, row_max, C_PAD: tl.constexpr):
+    """The raw log-sum-exp of (R,) rows from their chunks' (max, sum exp(x - max))."""
+    lanes = tl.arange(0, C_PAD)
+    ok = row_ok[:, None] & (lanes[None, :] < chunks)
+    offsets = row.to(tl.int64)[:, None] * chunks + lanes[None, :]
+    chunk_max = tl.load(max_ptr + offsets, mask=ok, other=float("-inf"))
+    chunk_sum = tl.load(sum_ptr + offsets, mask=ok, other=0.0)
+    finite = ok & (chunk_max > float("-inf"))
+    total = tl.sum(tl.where(finite, chunk_sum * tl.exp(tl.where(finite, chunk_max - row_max[:, None], 0.0)), 0.0), axis=1)
+    return tl.where(row_max > float("-inf"), row_max + tl.log(total), float("-inf"))
+
+
+@triton.jit
+def _bins_offsets(digit, row, chunk, rows, chunks):
+    """(R, 16) offsets of the mass bins of (digit, row, chunk); the count bins follow at +16."""
+    base = ((digit * rows + row.to(tl.int64)) * chunks + chunk) * (2 * DIGIT_BINS)
+    return base[:, None] + tl.arange(0, DIGIT_BINS)[None, :]
+
+
+@triton.jit
+def _summed_bins(bins_ptr, digit, row, row_ok, rows, chunks):
+    """(mass bins, count bins), (R, 16) int64 each, of a digit's pass summed over the chunks."""
+    mass = tl.zeros([row.shape[0], DIGIT_BINS], dtype=tl.int64)
+    count = tl.zeros([row.shape[0], DIGIT_BINS], dtype=tl.int64)
+    for chunk in range(chunks):
+        offsets = _bins_offsets(digit, row, chunk, rows, chunks)
+        mass += tl.load(bins_ptr + offsets, mask=row_ok[:, None], other=0)
+        count += tl.load(bins_ptr + offsets + DIGIT_BINS, mask=row_ok[:, None], other=0)
+    return mass, count
+
+
+@triton.jit
+def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k, top_p, top_k, DECIDED: tl.constexpr):
+    """The cut searches after DECIDED digits (0..4): (top-p prefix, the mass of the levels below
+    it, top-k prefix, the count of the levels below it, the total weight), int64 (R,) each.
+
+    Digit d of both searches is decided from pass d's bins, as the bitwise search of the one-pass
+    kernel decides its bits: the largest candidate prefix | (j << shift) that is <= LEVEL_MAX and
+    keeps the predicate true (top-p: float64(mass below) < top_p * float64(total); top-k: count
+    below < k). Both predicates are monotone in the candidate, so this is the same largest level."""
+    zero = tl.zeros_like(row).to(tl.int64)
+    prefix_p, below_p, prefix_k, below_k, total = zero, zero, zero, zero, zero
+    if DECIDED > 0:
+        if DECIDED > 1:
+            state = search_ptr + (row.to(tl.int64) * (DIGITS - 1) + DECIDED - 2) * SEARCH_FIELDS
+            prefix_p = tl.load(state, mask=row_ok, other=0)
+            below_p = tl.load(state + 1, mask=row_ok, other=0)
+            prefix_k = tl.load(state + 2, mask=row_ok, other=0)
+            below_k = tl.load(state + 3, mask=row_ok, other=0)
+            total = tl.load(state + 4, mask=row_ok, other=0)
+        mass, count = _summed_bins(bins_ptr, DECIDED - 1, row, row_ok, rows, chunks)
+        if DECIDED == 1:
+            total = tl.sum(mass, axis=1)  # the first window holds every level
+        shift = 12 - 4 * (DECIDED - 1)
+        bins = tl.arange(0, DIGIT_BINS)[None, :]
+        bound = top_p * total.to(tl.float64)
+        mass_before = tl.cumsum(mass, axis=1) - mass
+        candidate = prefix_p[:, None] + (bins.to(tl.int64) << shift)
+        holds = (candidate <= LEVEL_MAX) & ((below_p[:, None] + mass_before).to(tl.float64) < bound[:, None])
+        digit_p = tl.max(tl.where(holds, bins, 0), axis=1)
+        below_p = tl.where(use_top_p, below_p + tl.sum(tl.where(bins == digit_p[:, None], mass_before, 0), axis=1), 0)
+        prefix_p = tl.where(use_top_p, prefix_p + (digit_p.to(tl.int64) << shift), 0)
+        count_before = tl.cumsum(count, axis=1) - count
+        candidate = prefix_k[:, None] + (bins.to(tl.int64) << shift)
+        holds = (candidate <= LEVEL_MAX) & (below_k[:, None] + count_before < top_k[:, None])
+        digit_k = tl.max(tl.where(holds, bins, 0), axis=1)
+        below_k = tl.where(use_top_k, below_k + tl.sum(tl.where(bins == digit_k[:, None], count_before, 0), axis=1), 0)
+        prefix_k = tl.where(use_top_k, prefix_k + (digit_k.to(tl.int64) << shift), 0)
+    return prefix_p, below_p, prefix_k, below_k, total
+
+
+@triton.jit
+def _store_search_state(search_ptr, row, store_ok, prefix_p, below_p, prefix_k, below_k, total, DECIDED: tl.constexpr):
+    state = search_ptr + (row.to(tl.int64) * (DIGITS - 1) + DECIDED - 1) * SEARCH_FIELDS
+    tl.store(state, prefix_p, mask=store_ok)
+    tl.store(state + 1, below_p, mask=store_ok)
+    tl.store(state + 2, prefix_k, mask=store_ok)
+    tl.store(state + 3, below_k, mask=store_ok)
+    tl.store(state + 4, total, mask=store_ok)
+
+
+# ----------------------------------------------------------------------------------------------
+# kernels (grid: (chunks, row blocks))
+
+
+@triton.jit
+def _chunk_max_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, max_ptr, arg_ptr, sum_ptr, chunks,
+                      BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
+    """Step 1 per chunk: max, lowest argmax and (WANT_LSE) the online sum exp(x - max)."""
+    chunk = tl.program_id(0)
+    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    row_offsets = row.to(tl.int64) * stride_row
+    chunk_max = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
+    sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
+    for tile in range(chunk_len // BLOCK_V):
+        cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
+        ok = row_ok[:, None] & (cols[None, :] < vocab)
+        x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+        tile_max = tl.max(x, axis=1)
+        tile_arg = tl.min(tl.where(ok & (x == tile_max[:, None]), cols[None, :], NO_ID), axis=1)
+        argmax = tl.where((tile_max > chunk_max) | (argmax == NO_ID), tile_arg, argmax)
+        new_max = tl.maximum(chunk_max, tile_max)
+        if WANT_LSE:
+            finite = new_max > float("-inf")
+            rescale = tl.where(finite & (chunk_max > float("-inf")), tl.exp(chunk_max - new_max), 0.0)
+            tile_sum = tl.sum(tl.where(finite[:, None], tl.exp(x - new_max[:, None]), 0.0), axis=1)
+            sum_exp = sum_exp * rescale + tile_sum
+        chunk_max = new_max
+    offsets = row.to(tl.int64) * chunks + chunk
+    tl.store(max_ptr + offsets, chunk_max, mask=row_ok)
+    tl.store(arg_ptr + offsets, argmax, mask=row_ok)
+    if WANT_LSE:
+        tl.store(sum_ptr + offsets, sum_exp, mask=row_ok)
+
+
+@triton.jit
+def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, rows_per_request,
+                       temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                       tensor_params, table_ptr,
+                       max_ptr, arg_ptr, bins_ptr, search_ptr, chunks,
+                       DIGIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, C_PAD: tl.constexpr):
+    """Pass DIGIT of the cut searches: this chunk's weight (top-p rows) and token count (top-k
+    rows) in each of the 16 bins of width 2^(12 - 4 DIGIT) levels above the prefixes."""
+    chunk = tl.program_id(0)
+    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    greedy, scale, top_k, top_p, _ = _row_params(
+        row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
+        min_p_value, tensor_params)
+    use_top_p = row_ok & (greedy == 0) & (top_p < 1)
+    use_top_k = row_ok & (greedy == 0) & (top_k > 0)
+    prefix_p, below_p, prefix_k, below_k, total = _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k,
+                                                                top_p, top_k, DIGIT)
+    if DIGIT > 0:
+        _store_search_state(search_ptr, row, row_ok & (row * 0 + chunk == 0), prefix_p, below_p, prefix_k, below_k, total, DIGIT)
+    row_max, _ = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)
+    row_offsets = row.to(tl.int64) * stride_row
+    shift = 12 - 4 * DIGIT
+    bins = tl.arange(0, DIGIT_BINS)[None, None, :]
+    # Per-lane sums, reduced once after the chunk: a reduction per tile (two (tile, 16) sums
+    # through shared memory) made this pass 4x slower than the others on the H100.
+    mass = tl.zeros([BLOCK_R, BLOCK_V, DIGIT_BINS], dtype=tl.int64)
+    count = tl.zeros([BLOCK_R, BLOCK_V, DIGIT_BINS], dtype=tl.int32)
+    any_top_p = tl.max(use_top_p.to(tl.int32), axis=0) > 0
+    any_top_k = tl.max(use_top_k.to(tl.int32), axis=0) > 0
+    if any_top_p | any_top_k:
+        for tile in range(chunk_len // BLOCK_V):
+            cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
+            ok = row_ok[:, None] & (cols[None, :] < vocab)
+            x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+            level = _levels(x, row_max, scale)
+            if any_top_p:
+                above = level - prefix_p[:, None]
+                in_window = ok & use_top_p[:, None] & (above >= 0) & (above < (16 << shift))
+                weight = tl.where(in_window, _weights(level, table_ptr), 0)
+                mass += tl.where((above >> shift).to(tl.int32)[:, :, None] == bins, weight[:, :, None], 0)
+            if any_top_k:
+                above = level - prefix_k[:, None]
+                in_window = ok & use_top_k[:, None] & (above >= 0) & (above < (16 << shift))
+                digit = tl.where(in_window, (above >> shift).to(tl.int32), DIGIT_BINS)
+                count += (digit[:, :, None] == bins).to(tl.int32)
+    offsets = _bins_offsets(DIGIT, row, chunk, rows, chunks)
+    tl.store(bins_ptr + offsets, tl.sum(mass, axis=1), mask=row_ok[:, None])
+    tl.store(bins_ptr + offsets + DIGIT_BINS, tl.sum(count, axis=1).to(tl.int64), mask=row_ok[:, None])
+
+
+@triton.jit
+def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, rows_per_request,
+                 temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                 tensor_params, table_ptr,
+                 max_ptr, arg_ptr, bins_ptr, search_ptr, cuts_ptr, kept_ptr, chunks,
+                 SEARCH: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, C_PAD: tl.constexpr):
+    """The cuts (key cut, level cut) of each row, stored in ``cuts``, and this chunk's kept total.
+
+    The top-k cut keeps every token below its level and the ``need`` lowest ids at it. The tied
+    tokens of the chunks come in id order, so a chunk before the one where the count of tied
+    tokens reaches ``need`` keeps all of its own, a chunk after it none, and that chunk finds the
+    id of the need-th (the key cut's id) in one more pass over itself."""
+    chunk = tl.program_id(0)
+    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    greedy, scale, top_k, top_p, min_weight = _row_params(
+        row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
+        min_p_value, tensor_params)
+    row_max, argmax = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)
+    row_offsets = row.to(tl.int64) * stride_row
+    level_cut = tl.full([BLOCK_R], LEVEL_MAX, dtype=tl.int64)
+    key_cut = tl.full([BLOCK_R], KEEP_ALL_KEY, dtype=tl.int64)  # the row's
+    chunk_key_cut = key_cut  # what this chunk keeps of the tie
+    crossing = row_ok & (row < 0)  # no row: the chunk that finds a split tie's id
+    split = crossing
+    if SEARCH:
+        use_top_p = row_ok & (greedy == 0) & (top_p < 1)
+        use_top_k = row_ok & (greedy == 0) & (top_k > 0)
+        last_prefix_k = tl.load(search_ptr + (row.to(tl.int64) * (DIGITS - 1) + DIGITS - 2) * SEARCH_FIELDS + 2, mask=row_ok, other=0)
+        cut_p, _, cut_k, below_k, _ = _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k, top_p, top_k,
+                                                    DIGITS)
+        level_cut = tl.where(use_top_p, cut_p, level_cut)
+        # Tokens at the cut level, per chunk: the last pass's count bin of that level.
+        tie_bin = (cut_k - last_prefix_k)[:, None] == tl.arange(0, DIGIT_BINS)[None, :]
+        tied_before = tl.zeros([BLOCK_R], dtype=tl.int64)
+        tied_here = tl.zeros([BLOCK_R], dtype=tl.int64)
+        tied = tl.zeros([BLOCK_R], dtype=tl.int64)
+        for other in range(chunks):
+            counts = tl.load(bins_ptr + _bins_offsets(DIGITS - 1, row, other, rows, chunks) + DIGIT_BINS, mask=row_ok[:, None], other=0)
+            in_chunk = tl.sum(tl.where(tie_bin, counts, 0), axis=1)
+            tied_before += tl.where(other < chunk, in_chunk, 0)
+            tied_here = tl.where(other == chunk, in_chunk, tied_here)
+            tied += in_chunk
+        need = top_k - below_k
+        split = use_top_k & (tied > need)
+        keep_tie = cut_k * ID_SCALE + ID_LAST
+        key_cut = tl.where(use_top_k, keep_tie, key_cut)
+        crossing = split & (tied_before < need) & (need <= tied_before + tied_here)
+        chunk_key_cut = tl.where(split & (tied_before >= need), cut_k * ID_SCALE - 1, key_cut)
+        if tl.max(crossing.to(tl.int32), axis=0) > 0:
+            rank = need - tied_before  # of the tied token that is kept last, among this chunk's
+            seen = tl.zeros([BLOCK_R], dtype=tl.int64)
+            id_cut = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
+            for tile in range(chunk_len // BLOCK_V):
+                cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
+                ok = crossing[:, None] & (cols[None, :] < vocab)
+                x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                at_cut = ok & (_levels(x, row_max, scale) == cut_k[:, None])
+                order = seen[:, None] + tl.cumsum(at_cut.to(tl.int64), axis=1)
+                id_cut = tl.minimum(id_cut, tl.min(tl.where(at_cut & (order == rank[:, None]), cols[None, :], NO_ID), axis=1))
+                seen += tl.sum(at_cut.to(tl.int64), axis=1)
+            key_cut = tl.where(crossing, cut_k * ID_SCALE + id_cut, key_cut)
+            chunk_key_cut = tl.where(crossing, key_cut, chunk_key_cut)
+    kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
+    for tile in range(chunk_len // BLOCK_V):
+        cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
+        ok = row_ok[:, None] & (cols[None, :] < vocab)
+        x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+        kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, chunk_key_cut, level_cut, min_weight, table_ptr)
+        kept_total += tl.sum(kept, axis=1)
+    tl.store(kept_ptr + row.to(tl.int64) * chunks + chunk, kept_total, mask=row_ok)
+    # One writer per row: the chunk that found the tie's id, else chunk 0 (which writes the level cut).
+    tl.store(cuts_ptr + row.to(tl.int64) * 2, key_cut, mask=crossing | (row_ok & (row * 0 + chunk == 0) & (split == 0)))
+    tl.store(cuts_ptr + row.to(tl.int64) * 2 + 1, level_cut, mask=row_ok & (row * 0 + chunk == 0))
+
+
+@triton.jit
+def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, rows_per_request,
+                  temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                  tensor_params, table_ptr,
+                  max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, probs_ptr, lse_ptr, chunks,
+                  BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, C_PAD: tl.constexpr, WANT_LSE: tl.constexpr):
+    """Step 5 on this chunk: float32(w) / float32(W') with W' the row's kept total."""
+    chunk = tl.program_id(0)
+    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    greedy, scale, _, _, min_weight = _row_params(
+        row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
+        min_p_value, tensor_params)
+    row_max, argmax = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)
+    if WANT_LSE:
+        tl.store(lse_ptr + row, _row_lse(max_ptr, sum_ptr, row, row_ok, chunks, row_max, C_PAD), mask=row_ok & (row * 0 + chunk == 0))
+    key_cut = tl.load(cuts_ptr + row.to(tl.int64) * 2, mask=row_ok, other=0)
+    level_cut = tl.load(cuts_ptr + row.to(tl.int64) * 2 + 1, mask=row_ok, other=0)
+    lanes = tl.arange(0, C_PAD)
+    kept_total = tl.sum(tl.load(kept_ptr + row.to(tl.int64)[:, None] * chunks + lanes[None, :],
+                                mask=row_ok[:, None] & (lanes[None, :] < chunks), other=0), axis=1)
+    row_offsets = row.to(tl.int64) * stride_row
+    for tile in range(chunk_len // BLOCK_V):
+        cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
+        ok = row_ok[:, None] & (cols[None, :] < vocab)
+        x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+        kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], _probabilities(kept, kept_total), mask=ok)
+
+
+# ----------------------------------------------------------------------------------------------
+# launch config
+
+MAX_CHUNKS = 32  # bounds what every program reads of its row's partials (C_PAD values a pass)
+PROGRAMS_PER_SM = 4
+
+
+@dataclass(frozen=True)
+class SplitLaunch:
+    rows: int  # BLOCK_R
+    chunks: int  # per row
+    chunk_len: int  # ids a chunk, a multiple of both tiles
+    block_v: int  # tile of the max, kept and probability passes
+    bins_block: int  # tile of the level-bin passes ((rows, tile, 16) one-hot sums)
+    kept_block: int  # tile of the kept pass
+    warps: int
+
+    @property
+    def c_pad(self) -> int:
+        return max(next_power_of_2(self.chunks), 2)
+
+
+@functools.lru_cache(maxsize=256)
+def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
+    """On a GPU, one row a program and enough chunks for about PROGRAMS_PER_SM programs an SM (at
+    most MAX_CHUNKS a row; one when the rows alone fill the machine), 256 threads; the
+    interpreter vectorises many rows with one chunk a row."""
+    if target.vendor == "interpreter":
+        block_v = min(max(next_power_of_2(max(vocab, 1)), 16), 4096)
+        bins_block = min(block_v, 512)
+        block_r = max(1, min(next_power_of_2(max(rows, 1)), 2**14 // bins_block))
+        return SplitLaunch(block_r, 1, cdiv(vocab, block_v) * block_v, block_v, bins_block, bins_block, 1)
+    block_v = min(1024, max(next_power_of_2(max(vocab, 1)), 128))
+    # 128 ids a level-bin tile on AMD: 256 spilled 9-12 VGPRs on gfx942 with Triton 3.6 (DIGIT 0,
+    # 32 chunks; 3.9 is clean); offline compile matrix.
+    bins_block = min(block_v, 128 if target.vendor == "amd" else 256)
+    # 512 ids a tile in the kept pass: 1024 left a 24 B local frame on sm_100 with the tie search,
+    # and 64 (a tiny vocabulary's half tile) an 8 B one; offline compile matrix, Triton 3.9.
+    kept_block = max(block_v // 2, 128)
+    wanted = min(MAX_CHUNKS, max(1, cdiv(PROGRAMS_PER_SM * target.multiprocessors, max(rows, 1))))
+    chunk_len = cdiv(cdiv(vocab, wanted), block_v) * block_v
+    return SplitLaunch(1, cdiv(vocab, chunk_len), chunk_len, block_v, bins_block, kept_block, target.warps(256))
+
+
+# ----------------------------------------------------------------------------------------------
+# host functions
+
+
+def cuts_possible(top_k, top_p, vocab: int) -> bool:
+    """Whether some row may have a top-k or top-p mask (a tensor parameter always may): when not,
+    the four search passes are skipped."""
+    if isinstance(top_k, torch.Tensor) or isinstance(top_p, torch.Tensor):
+        return True
+    return 0 < top_k < vocab or top_p < 1
+
+
+def _scalar_or_tensor(value, dtype, placeholder: torch.Tensor, bit: int):
+    """(pointer, scalar, flag bit) of a per-request parameter for ``_request_params``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype).contiguous(), 0, bit  # the kernel indexes it by request: stride 1
+    return placeholder, value, 0
+
+
+def kernel_params(vocab: int, placeholder: torch.Tensor, *, temperature, top_k, top_p, min_p) -> tuple:
+    """The 9 kernel arguments of ``_request_params``: 4 pointers, 4 scalars, the flags of which
+    parameters are (bs,) tensors. ``placeholder``: any float32 tensor on the device, passed (never
+    read) for a parameter given as a number."""
+    table = semantics.exp2_table(placeholder.device)
+    if isinstance(top_k, torch.Tensor):
+        top_k_arg = _scalar_or_tensor(top_k, torch.int64, table, 2)
+    else:  # normalised on the host: off unless 0 < k < V (a Python int may exceed int64 range checks)
+        top_k_arg = (table, top_k if 0 < top_k < vocab else 0, 0)
+    params = (_scalar_or_tensor(temperature, torch.float32, placeholder, 1), top_k_arg,
+              _scalar_or_tensor(top_p, torch.float32, placeholder, 4), _scalar_or_tensor(min_p, torch.float32, placeholder, 8))
+    pointers = [param[0] for param in params]
+    scalars = [float(params[0][1]), int(params[1][1]), float(params[2][1]), float(params[3][1])]
+    return (*pointers, *scalars, sum(param[2] for param in params))
+
+
+def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, top_k, top_p, min_p, want_lse: bool, target: KernelTarget,
+                 out: Optional[torch.Tensor] = None):
+    """(probs (R, V) float32, lse (R,) float32 or None) of 2-D logits (any strides) whose row r
+    belongs to request r // rows_per_request; the parameters are numbers or (requests,) tensors
+    (validated by the caller)."""
+    rows, vocab = logits.shape
+    device = logits.device
+    probs = out if out is not None else torch.empty((rows, vocab), dtype=torch.float32, device=device)
+    lse = torch.empty(rows if want_lse else 1, dtype=torch.float32, device=device)
+    if rows == 0:
+        return probs, (lse if want_lse else None)
+    search = cuts_possible(top_k, top_p, vocab)
+    config = split_launch(target, rows, vocab)
+    chunks = config.chunks
+    grid = (chunks, cdiv(rows, config.rows))
+    chunk_max = torch.empty((rows, chunks), dtype=torch.float32, device=device)
+    chunk_arg = torch.empty((rows, chunks), dtype=torch.int32, device=device)
+    chunk_sum = torch.empty((rows, chunks) if want_lse else 1, dtype=torch.float32, device=device)
+    bins = torch.empty((SEARCH_DIGITS, rows, chunks, 2, 16) if search else 1, dtype=torch.int64, device=device)
+    search_state = torch.empty((rows, SEARCH_DIGITS - 1, 5) if search else 1, dtype=torch.int64, device=device)
+    cuts = torch.empty((rows, 2), dtype=torch.int64, device=device)
+    kept = torch.empty((rows, chunks), dtype=torch.int64, device=device)
+    row_args = (logits, logits.stride(0), logits.stride(1), rows, vocab, config.chunk_len)
+    param_args = (rows_per_request, *kernel_params(vocab, chunk_max, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
+                  semantics.exp2_table(device))
+    _chunk_max_kernel[grid](*row_args, chunk_max, chunk_arg, chunk_sum, chunks,
+                            BLOCK_R=config.rows, BLOCK_V=config.block_v, WANT_LSE=want_lse, num_warps=config.warps)
+    if search:
+        for digit in range(SEARCH_DIGITS):
+            _level_bins_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, chunks,
+                                     DIGIT=digit, BLOCK_R=config.rows, BLOCK_V=config.bins_block, C_PAD=config.c_pad, num_warps=config.warps)
+    _kept_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, cuts, kept, chunks,
+                       SEARCH=search, BLOCK_R=config.rows, BLOCK_V=config.kept_block, C_PAD=config.c_pad, num_warps=config.warps)
+    _probs_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, chunk_sum, cuts, kept, probs, lse, chunks,
+                        BLOCK_R=config.rows, BLOCK_V=config.block_v, C_PAD=config.c_pad, WANT_LSE=want_lse, num_warps=config.warps)
+    return probs, (lse if want_lse else None)
+
+
+PROVIDERS: dict = {}  # the ops are kernels/sampling.py's; this module is their row processing
+
+
+# ----------------------------------------------------------------------------------------------
+# offline compilation and launch descriptions
+
+_LOGIT_TYPES = ("fp32", "bf16", "fp16")
+# (rows, V): a small batch (many chunks a row), a large one (one chunk a row), an odd tiny one.
+_SHAPES = ((4, 32000), (1024, 151936), (6, 10))
+_ROW_SIGNATURE = {"stride_row": "i64", "stride_col": "i64", "rows": "i32", "vocab": "i32", "chunk_len": "i32"}
+_PARAM_SIGNATURE = {"rows_per_request": "i32", "temperature_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32",
+                    "temperature_value": "fp32", "top_k_value": "i32", "top_p_value": "fp32", "min_p_value": "fp32", "tensor_params": "i32",
+                    "table_ptr": "*i64"}
+_PARTIALS = {"max_ptr": "*fp32", "arg_ptr": "*i32"}
+
+
+def _kernel_specs(config: SplitLaunch):
+    """(kernel, signature without logits_ptr, constexprs) of every launch of one config."""
+    row = dict(_ROW_SIGNATURE)
+    params = dict(_PARAM_SIGNATURE)
+    specs = []
+    for want_lse in (False, True):
+        specs.append((_chunk_max_kernel, {**row, **_PARTIALS, "sum_ptr": "*fp32", "chunks": "i32", "BLOCK_R": "constexpr",
+                                          "BLOCK_V": "constexpr", "WANT_LSE": "constexpr"},
+                      {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "WANT_LSE": want_lse}))
+        specs.append((_probs_kernel, {**row, **params, **_PARTIALS, "sum_ptr": "*fp32", "cuts_ptr": "*i64", "kept_ptr": "*i64",
+                                      "probs_ptr": "*fp32", "lse_ptr": "*fp32", "chunks": "i32", "BLOCK_R": "constexpr",
+                                      "BLOCK_V": "constexpr", "C_PAD": "constexpr", "WANT_LSE": "constexpr"},
+                      {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "C_PAD": config.c_pad, "WANT_LSE": want_lse}))
+    for digit in range(SEARCH_DIGITS):
+        specs.append((_level_bins_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "search_ptr": "*i64", "chunks": "i32",
+                                           "DIGIT": "constexpr", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
+                      {"DIGIT": digit, "BLOCK_R": config.rows, "BLOCK_V": config.bins_block, "C_PAD": config.c_pad}))
+    for search in (False, True):
+        specs.append((_kept_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "search_ptr": "*i64", "cuts_ptr": "*i64",
+                                     "kept_ptr": "*i64", "chunks": "i32", "SEARCH": "constexpr", "BLOCK_R": "constexpr",
+                                     "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
+                      {"SEARCH": search, "BLOCK_R": config.rows, "BLOCK_V": config.kept_block, "C_PAD": config.c_pad}))
+    return specs
+
+
+def compile_specs(target: KernelTarget):
+    """Every (kernel, signature, constexprs, num_warps[, attrs]) :func:`process_rows` launches: every
+    logit type generically, bf16 also as the JIT specialises a contiguous production launch."""
+    specs = []
+    for rows, vocab in _SHAPES:
+        config = split_launch(target, rows, vocab)
+        logit_types = _LOGIT_TYPES if vocab >= 1024 else ("fp32",)
+        for kernel, signature, constexprs in _kernel_specs(config):
+            for logit_type in logit_types:
+                full = {"logits_ptr": f"*{logit_type}", **signature}
+                specs.append((kernel, full, constexprs, config.warps))
+                if logit_type == "bf16":
+                    values = {"stride_row": vocab, "stride_col": 1, "rows": rows, "vocab": vocab, "chunk_len": config.chunk_len,
+                              "rows_per_request": 8, "chunks": config.chunks, "top_k_value": 50, "tensor_params": 15}
+                    specs.append(runtime_specialized(target, kernel, full, constexprs, config.warps,
+                                                     values={name: value for name, value in values.items() if name in full}))
+    return specs
+
+
+def describe_launch(target: KernelTarget) -> list[str]:
+    lines = []
+    for rows, vocab in _SHAPES[:2]:
+        config = split_launch(target, rows, vocab)
+        lines.append(f"process rows={rows} V={vocab}: {config.chunks} chunks/row of {config.chunk_len} ids, {config.rows} rows/program, "
+                     f"tiles {config.block_v} (level bins {config.bins_block}), {config.warps} warps")
+    return lines
