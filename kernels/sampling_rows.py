@@ -550,7 +550,8 @@ def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, to
     if search:
         for digit in range(SEARCH_DIGITS):
             _level_bins_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, chunks,
-                                     DIGIT=digit, BLOCK_R=config.rows, BLOCK_V=config.bins_block, C_PAD=config.c_pad, num_warps=config.warps)
+                                     DIGIT=digit, BLOCK_R=config.rows, BLOCK_V=config.bins_block, C_PAD=config.c_pad,
+                                     num_warps=config.warps)
     _kept_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, cuts, kept, chunks,
                        SEARCH=search, BLOCK_R=config.rows, BLOCK_V=config.kept_block, C_PAD=config.c_pad, num_warps=config.warps)
     _probs_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, chunk_sum, cuts, kept, probs, lse, chunks,

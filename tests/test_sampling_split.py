@@ -3,10 +3,12 @@
 The interpreter's own launch config gives every row one chunk, so the conformance suite never
 combines partials from several chunks there. This test launches the kernels through the
 interpreter with 16-id tiles and chunks of 1, 2, 3 and 10 tiles, on rows chosen to make the
-combination matter: heavy ties whose top-k cut falls in a middle chunk, every token tied, NaN and
+combination matter: heavy ties whose top-k cut falls in a middle chunk, logits about 5 levels apart (so that the
+top-p and top-k cuts depend on every 4-bit digit of the level search), every token tied, NaN and
 +inf, an all -inf row, the finite values only in the last chunk, a greedy row, per-request
 temperature/top-k/top-p/min-p tensors and each mask alone. It compares the probabilities bit for
-bit (and the raw log-sum-exp within 1e-5) with the cpu reference. Runs in a fresh process:
+bit (and the raw log-sum-exp within 1e-5) with the cpu reference, and a tree verified from logits
+through the every-row path (the GPUs' path for small batches) verdict for verdict. Runs in a fresh process:
 TRITON_INTERPRET must be set before kernels are defined.
 """
 import textwrap
@@ -16,7 +18,9 @@ from interpreter_probe import run_interpreter_probe
 PROBE = textwrap.dedent("""
     import json, torch
     import spec_hal
+    import spec_hal.kernels.sampling as sampling_kernels
     import spec_hal.kernels.sampling_rows as rows_kernels
+    from spec_hal.conformance.trees import random_tree
 
     def launch_with(chunk_len):
         def launch(target, rows, vocab):
@@ -36,13 +40,15 @@ PROBE = textwrap.dedent("""
     x[5] = 0.0                                                          # every token tied
     x[6, :140] = float("-inf")                                          # the finite values in the last chunk
     x[8] = torch.arange(vocab).float() * 0.01
+    x[9] = -torch.arange(vocab).float() * (5 / 1477.3)                  # ~5 levels apart: the cuts need every digit of the search
     temperature = torch.tensor([0.8, 1.0, 0.5, 1.0, 2.0, 1.0, 0.7, 0.0, 1.3, 0.9])
-    top_k = torch.tensor([5, 7, 0, 3, 100, 60, 4, 3, 149, 1])
-    top_p = torch.tensor([0.9, 1.0, 0.5, 0.9, 1.0, 0.3, 1.0, 0.9, 0.99, 0.2])
+    top_k = torch.tensor([5, 7, 0, 3, 100, 60, 4, 3, 149, 0])
+    top_p = torch.tensor([0.9, 1.0, 0.5, 0.9, 1.0, 0.3, 1.0, 0.9, 0.99, 0.7])
     min_p = torch.tensor([0.0, 0.0, 0.1, 0.0, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0])
     cases = {
         "per-request tensors": dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         "top-k only": dict(temperature=0.9, top_k=6),
+        "top-k deep": dict(temperature=1.0, top_k=97),
         "top-p only": dict(temperature=0.9, top_p=0.8),
         "temperature only": dict(temperature=1.1),
         "min-p only": dict(temperature=1.0, min_p=0.2),
@@ -66,11 +72,25 @@ PROBE = textwrap.dedent("""
         same_tokens = torch.equal(want.verdict.predict, got.verdict.predict)
         results[f"chunk_len={chunk_len} raw logprobs"] = bool(same_tokens and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
                                                                                                equal_nan=True))
+        # a tree verified from logits through the every-row path (the GPUs' path for small batches;
+        # the interpreter's provider otherwise runs the fused walk)
+        sampling_kernels._every_row_in_parallel = lambda target, rows: True
+        tree, candidates = random_tree(2, 5, 3, seed=4, vocab=vocab)
+        tree_logits = x.reshape(2, 5, vocab).clone()
+        tree_logits[:, :, 7] = 30.0  # candidates 7 are accepted where they appear
+        candidates[:, 1:3] = 7
+        args = dict(temperature=torch.tensor([0.0, 0.9]), top_k=8, top_p=0.9, seed=seed, offset=offset, logprobs="processed")
+        want = reference.verify_sampling_from_logits(tree, candidates, tree_logits, **args)
+        got = kernels.verify_sampling_from_logits(tree, candidates, tree_logits, **args)
+        same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
+        results[f"chunk_len={chunk_len} tree every row"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
+                                                                                        equal_nan=True))
+        sampling_kernels._every_row_in_parallel = lambda target, rows: False
     print(json.dumps(results))
 """)
 
 
 def test_split_row_processing_matches_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 4 * (5 * 2 + 1)
+    assert len(results) == 4 * (6 * 2 + 2)
     assert all(results.values()), {case: same for case, same in results.items() if not same}
