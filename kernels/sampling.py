@@ -600,9 +600,9 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
 
 
 PROVIDERS = {
-    "process_logits": (process_logits, "kernels/sampling.py: exact integer processing (levels, bitwise top-k/top-p searches)"),
+    "process_logits": (process_logits, "kernels/sampling_rows.py: rows split along the vocabulary, 4-bit level-bin cut searches"),
     "verify_sampling_from_logits": (verify_sampling_from_logits,
-                                    "kernels/sampling.py: fused walk processing only the rows it stands on (one launch)"),
+                                    "kernels/sampling.py: every row split + walk up to 2 rows per SM, else the fused walk over path rows"),
     "verify_chain_sampling_from_logits": (verify_chain_sampling_from_logits,
                                           "kernels/sampling.py: fused walk (greedy drafter) or every row + kernels/verify.py chain walk"),
 }
