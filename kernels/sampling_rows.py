@@ -520,6 +520,11 @@ def kernel_params(vocab: int, placeholder: torch.Tensor, *, temperature, top_k, 
     return (*pointers, *scalars, sum(param[2] for param in params))
 
 
+# CUDA caps grid axes 1 and 2 at 65535 programs; the row blocks run on axis 1 (the chunks of a
+# row on axis 0 launch together), so more rows are processed in slabs of whole requests.
+MAX_ROW_BLOCKS = 65535
+
+
 def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, top_k, top_p, min_p, want_lse: bool, target: KernelTarget,
                  out: Optional[torch.Tensor] = None):
     """(probs (R, V) float32, lse (R,) float32 or None) of 2-D logits (any strides) whose row r
@@ -531,8 +536,22 @@ def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, to
     lse = torch.empty(rows if want_lse else 1, dtype=torch.float32, device=device)
     if rows == 0:
         return probs, (lse if want_lse else None)
-    search = cuts_possible(top_k, top_p, vocab)
     config = split_launch(target, rows, vocab)
+    slab = max(1, config.rows * MAX_ROW_BLOCKS // rows_per_request) * rows_per_request
+    for start in range(0, rows, slab):
+        end = min(rows, start + slab)
+        params = {name: value[start // rows_per_request:] if isinstance(value, torch.Tensor) else value
+                  for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p))}
+        _process_slab(logits[start:end], probs[start:end], lse[start:end] if want_lse else lse, rows_per_request, params,
+                      search=cuts_possible(top_k, top_p, vocab), want_lse=want_lse, config=config)
+    return probs, (lse if want_lse else None)
+
+
+def _process_slab(logits: torch.Tensor, probs: torch.Tensor, lse: torch.Tensor, rows_per_request: int, params: dict, *, search: bool,
+                  want_lse: bool, config: SplitLaunch) -> None:
+    """The launches of :func:`process_rows` on at most ``config.rows * MAX_ROW_BLOCKS`` rows."""
+    rows, vocab = logits.shape
+    device = logits.device
     chunks = config.chunks
     grid = (chunks, cdiv(rows, config.rows))
     chunk_max = torch.empty((rows, chunks), dtype=torch.float32, device=device)
@@ -543,8 +562,7 @@ def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, to
     cuts = torch.empty((rows, 2), dtype=torch.int64, device=device)
     kept = torch.empty((rows, chunks), dtype=torch.int64, device=device)
     row_args = (logits, logits.stride(0), logits.stride(1), rows, vocab, config.chunk_len)
-    param_args = (rows_per_request, *kernel_params(vocab, chunk_max, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
-                  semantics.exp2_table(device))
+    param_args = (rows_per_request, *kernel_params(vocab, chunk_max, **params), semantics.exp2_table(device))
     _chunk_max_kernel[grid](*row_args, chunk_max, chunk_arg, chunk_sum, chunks,
                             BLOCK_R=config.rows, BLOCK_V=config.block_v, WANT_LSE=want_lse, num_warps=config.warps)
     if search:
@@ -556,7 +574,6 @@ def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, to
                        SEARCH=search, BLOCK_R=config.rows, BLOCK_V=config.kept_block, C_PAD=config.c_pad, num_warps=config.warps)
     _probs_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, chunk_sum, cuts, kept, probs, lse, chunks,
                         BLOCK_R=config.rows, BLOCK_V=config.block_v, C_PAD=config.c_pad, WANT_LSE=want_lse, num_warps=config.warps)
-    return probs, (lse if want_lse else None)
 
 
 PROVIDERS: dict = {}  # the ops are kernels/sampling.py's; this module is their row processing

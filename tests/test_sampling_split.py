@@ -8,7 +8,8 @@ top-p and top-k cuts depend on every 4-bit digit of the level search), every tok
 +inf, an all -inf row, the finite values only in the last chunk, a greedy row, per-request
 temperature/top-k/top-p/min-p tensors and each mask alone. It compares the probabilities bit for
 bit (and the raw log-sum-exp within 1e-5) with the cpu reference, and a tree verified from logits
-through the every-row path (the GPUs' path for small batches) verdict for verdict. Runs in a fresh process:
+through the every-row path (the GPUs' path for small batches) verdict for verdict; and rows
+processed in slabs of whole requests (more row blocks than a CUDA grid axis takes). Runs in a fresh process:
 TRITON_INTERPRET must be set before kernels are defined.
 """
 import textwrap
@@ -86,11 +87,23 @@ PROBE = textwrap.dedent("""
         results[f"chunk_len={chunk_len} tree every row"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
                                                                                         equal_nan=True))
         sampling_kernels._every_row_in_parallel = lambda target, rows: False
+    # more rows than the grid's row axis takes: slabs of whole requests (CUDA's 65535 programs,
+    # here 2 programs of 4 rows), each request's parameters taken from its own slab's offset
+    rows_kernels.split_launch = launch_with(32)
+    rows_kernels.MAX_ROW_BLOCKS = 2
+    params = cases["per-request tensors"]
+    results["slabs process_logits"] = torch.equal(reference.process_logits(x, **params), kernels.process_logits(x, **params))
+    logits = x.reshape(2, 5, vocab)
+    args = dict(temperature=torch.tensor([0.7, 1.2]), top_k=torch.tensor([20, 3]), top_p=0.9, seed=seed, offset=offset, logprobs="raw")
+    want = reference.verify_chain_sampling_from_logits(ids, draft_probs, logits, **args)
+    got = kernels.verify_chain_sampling_from_logits(ids, draft_probs, logits, **args)
+    results["slabs chain with draft probs"] = bool(torch.equal(want.verdict.predict, got.verdict.predict)
+                                                   and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
     print(json.dumps(results))
 """)
 
 
 def test_split_row_processing_matches_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 4 * (6 * 2 + 2)
+    assert len(results) == 4 * (6 * 2 + 2) + 2
     assert all(results.values()), {case: same for case, same in results.items() if not same}
