@@ -5,7 +5,7 @@ process one row at once.
 Why split: processing a row takes a max pass, a search for the top-p and top-k cut levels, a tie
 split and a kept total. Done by one program per row (``_row_statistics`` in kernels/sampling.py,
 about 21 passes with both masks), a small batch ran on a few SMs for milliseconds: 2.8 ms at
-bs 1, V 151936 on the H100, 6-18x slower than the torch code it replaces.
+bs 1, V 151936 on the H100, 2.4-6x slower than the torch code it replaces at bs 1.
 
 Here each pass is one launch over a (chunks, row blocks) grid. A program owns ``chunk_len``
 consecutive ids of its rows and writes a few numbers per chunk that the next launch combines
