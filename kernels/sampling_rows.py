@@ -537,13 +537,14 @@ def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, to
     if rows == 0:
         return probs, (lse if want_lse else None)
     config = split_launch(target, rows, vocab)
+    search = cuts_possible(top_k, top_p, vocab)
     slab = max(1, config.rows * MAX_ROW_BLOCKS // rows_per_request) * rows_per_request
     for start in range(0, rows, slab):
         end = min(rows, start + slab)
         params = {name: value[start // rows_per_request:] if isinstance(value, torch.Tensor) else value
                   for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p))}
         _process_slab(logits[start:end], probs[start:end], lse[start:end] if want_lse else lse, rows_per_request, params,
-                      search=cuts_possible(top_k, top_p, vocab), want_lse=want_lse, config=config)
+                      search=search, want_lse=want_lse, config=config)
     return probs, (lse if want_lse else None)
 
 

@@ -30,6 +30,7 @@ PROBE = textwrap.dedent("""
         return launch
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
+    provider_path_choice = sampling_kernels._every_row_in_parallel
     generator = torch.Generator().manual_seed(3)
     rows, vocab = 10, 150
     x = torch.randn(rows, vocab, generator=generator) * 3
@@ -86,7 +87,7 @@ PROBE = textwrap.dedent("""
         same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
         results[f"chunk_len={chunk_len} tree every row"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
                                                                                         equal_nan=True))
-        sampling_kernels._every_row_in_parallel = lambda target, rows: False
+        sampling_kernels._every_row_in_parallel = provider_path_choice
     # more rows than the grid's row axis takes: slabs of whole requests (CUDA's 65535 programs,
     # here 2 programs of 4 rows), each request's parameters taken from its own slab's offset
     rows_kernels.split_launch = launch_with(32)
