@@ -7,8 +7,8 @@ Device helpers other kernels import (``from .masks import mask_row_base, token_a
 * ``token_allowed(mask_ptr, base, constrained, tokens, ok, width)``: the bit of ``tokens`` in
   the row's mask; True where the row is unconstrained. An unconstrained row loads nothing, so
   rows without a grammar cost no memory traffic.
-* ``tile_allowed`` (one row's tile of ids), and ``tile_words`` + ``words_allowed`` (the same for
-  (R,) rows, the load apart from the bit expansion): each mask word loaded once, contiguously.
+* ``tile_words`` + ``words_allowed`` ((R,) rows' tiles of ids, the load apart from the bit test)
+  and ``tile_allowed`` (both, for one row): each mask word loaded once, contiguously.
 
 ``_apply_bitmask_kernel`` (grid: rows x tiles) never reads the logits: it stores -inf where a
 constrained row's bit is clear, so it moves V/32 words per constrained row and nothing for
@@ -51,41 +51,45 @@ def token_allowed(mask_ptr, base, constrained, tokens, ok, width):
 
 
 @triton.jit
-def tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexpr):
-    """``token_allowed`` of one row's BLOCK consecutive ids ``first_col + arange(BLOCK)``
-    (``first_col`` a multiple of 32; BLOCK a power of two; ``base``, ``constrained`` scalars):
-    each of the tile's BLOCK / 32 mask words is loaded once, contiguously (a vector load), and its
-    bits expanded (bit j of word i: id 32 i + j). One word load per id (token_allowed) issued 4-8
-    scalar loads per thread beside each vector load of logits: 1.4x the unmasked time on the H100."""
-    if BLOCK < 32:  # narrower than one word (the interpreter's tiles of tiny vocabularies)
-        allowed = token_allowed(mask_ptr, base, constrained, first_col + tl.arange(0, BLOCK), True, width)
-    else:
-        word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)
-        # constrained broadcast as an int first: the interpreter rejects a load mask made from the
-        # 0-d bool (a scalar row's flag); compiled, it folds away.
-        row_constrained = (tl.zeros_like(word_ids) + constrained.to(tl.int32)) != 0
-        words = tl.load(mask_ptr + base + word_ids, mask=row_constrained & (word_ids < width), other=0)
-        bits = tl.reshape((words[:, None] >> tl.arange(0, 32)[None, :]) & 1, [BLOCK])
-        allowed = tl.where(constrained, bits != 0, True)
-    return allowed
-
-
-@triton.jit
 def tile_words(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexpr):
     """The BLOCK // 32 mask words of ids ``first_col + arange(BLOCK)`` of each row (``first_col``
     a multiple of 32; BLOCK a power of two >= 32; ``base``, ``constrained``: (R,)), as (R, BLOCK // 32)
-    int32: one contiguous load per row; 0 where the row is unconstrained or past the mask's width.
-    Loaded apart from ``words_allowed`` so that a loop can issue them a tile ahead."""
+    int32: one contiguous load per row. An unconstrained row's words are all ones, so that
+    ``words_allowed`` needs no per-id select; a constrained row's words past the mask's width
+    are 0 (nothing allowed there). Loaded apart from ``words_allowed`` so that a loop can issue
+    them a tile ahead."""
     word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)
-    return tl.load(mask_ptr + base[:, None] + word_ids[None, :], mask=constrained[:, None] & (word_ids[None, :] < width), other=0)
+    words = tl.load(mask_ptr + base[:, None] + word_ids[None, :], mask=constrained[:, None] & (word_ids[None, :] < width), other=0)
+    return tl.where(constrained[:, None], words, -1)
 
 
 @triton.jit
-def words_allowed(words, constrained, BLOCK: tl.constexpr):
-    """(R, BLOCK) ``token_allowed`` of the ids ``tile_words`` loaded ``words`` for (bit j of word
-    i: id 32 i + j); True where the row is unconstrained."""
-    bits = tl.reshape((words[:, :, None] >> tl.arange(0, 32)[None, None, :]) & 1, [words.shape[0], BLOCK])
-    return tl.where(constrained[:, None], bits != 0, True)
+def words_allowed(words, BLOCK: tl.constexpr):
+    """(R, BLOCK) allowed flags of the ids whose ``tile_words`` are ``words`` (bit j of word i:
+    id 32 i + j). Each id is tested against its bit as a constant (1 << j: the same few
+    registers a thread in every tile), one AND an id; shifting the word by j first, then a
+    select on the row's constraint (what ``tile_words``' all-ones words make unnecessary), cost
+    three instructions an id on sm_90."""
+    bit_of_id = 1 << tl.arange(0, 32)  # int32: 1 << 31 is the sign bit, still one bit
+    return tl.reshape((words[:, :, None] & bit_of_id[None, None, :]) != 0, [words.shape[0], BLOCK])
+
+
+@triton.jit
+def tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexpr):
+    """``token_allowed`` of one row's BLOCK consecutive ids ``first_col + arange(BLOCK)``
+    (``first_col`` a multiple of 32; BLOCK a power of two; ``base``, ``constrained`` scalars):
+    ``tile_words`` + ``words_allowed`` for a single row: the tile's BLOCK / 32 words in one
+    contiguous load (a word load per id, as token_allowed does, cost 1.4x the unmasked time on
+    the H100)."""
+    if BLOCK < 32:  # narrower than one word (the interpreter's tiles of tiny vocabularies)
+        allowed = token_allowed(mask_ptr, base, constrained, first_col + tl.arange(0, BLOCK), True, width)
+    else:
+        # the row's scalars broadcast as (1,) ints first: the interpreter rejects a load mask
+        # made from the 0-d bool (a scalar row's flag); compiled, it folds away.
+        one_row = tl.zeros([1], dtype=tl.int32)
+        words = tile_words(mask_ptr, one_row + base, (one_row + constrained.to(tl.int32)) != 0, first_col, width, BLOCK)
+        allowed = tl.reshape(words_allowed(words, BLOCK), [BLOCK])
+    return allowed
 
 
 @triton.jit
