@@ -40,7 +40,7 @@ from . import verify as verify_kernels
 from . import sampling_rows
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, NO_ID, _kept_weights, _levels, _load_logits,
-                            _probabilities, _request_params, _weights)
+                            _online_max, _probabilities, _request_params, _weights)
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
@@ -106,22 +106,13 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
     num_blocks = tl.cdiv(vocab, BLOCK_V)
     # Pass 1: max, argmax (lowest id of the max) and, for raw logprobs, the online log-sum-exp.
     row_max = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
-    argmax = tl.zeros([BLOCK_R], dtype=tl.int32)
+    argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
     sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
     for k in range(num_blocks):
         cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
         ok = row_ok[:, None] & (cols[None, :] < vocab)
         x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-        block_max = tl.max(x, axis=1)
-        block_arg = tl.min(tl.where(ok & (x == block_max[:, None]), cols[None, :], NO_ID), axis=1)
-        argmax = tl.where(block_max > row_max, block_arg, argmax)
-        new_max = tl.maximum(row_max, block_max)
-        if WANT_LSE:
-            finite = new_max > float("-inf")
-            rescale = tl.where(finite & (row_max > float("-inf")), tl.exp(row_max - new_max), 0.0)
-            block_sum = tl.sum(tl.where(finite[:, None], tl.exp(x - new_max[:, None]), 0.0), axis=1)
-            sum_exp = sum_exp * rescale + block_sum
-        row_max = new_max
+        row_max, argmax, sum_exp = _online_max(x, cols, ok, row_max, argmax, sum_exp, WANT_LSE)
     lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
 
     # The cuts, by bitwise searches for the largest level L whose (monotone) predicate holds:

@@ -74,6 +74,23 @@ def _load_logits(logits_ptr, row_offsets, cols, ok, stride_col):
 
 
 @triton.jit
+def _online_max(x, cols, ok, run_max, argmax, sum_exp, WANT_LSE: tl.constexpr):
+    """One tile (x: (R, T) logits at ids ``cols``, ``ok`` in range) of the online pass over a row:
+    (max, argmax, sum of exp(x - max) (WANT_LSE)). argmax is the lowest id of the maximum; it
+    starts at NO_ID and takes the first tile's id even when that tile is all -inf."""
+    tile_max = tl.max(x, axis=1)
+    tile_arg = tl.min(tl.where(ok & (x == tile_max[:, None]), cols[None, :], NO_ID), axis=1)
+    argmax = tl.where((tile_max > run_max) | (argmax == NO_ID), tile_arg, argmax)
+    new_max = tl.maximum(run_max, tile_max)
+    if WANT_LSE:
+        finite = new_max > float("-inf")
+        rescale = tl.where(finite & (run_max > float("-inf")), tl.exp(run_max - new_max), 0.0)
+        tile_sum = tl.sum(tl.where(finite[:, None], tl.exp(x - new_max[:, None]), 0.0), axis=1)
+        sum_exp = sum_exp * rescale + tile_sum
+    return new_max, argmax, sum_exp
+
+
+@triton.jit
 def _levels(x, row_max, scale):
     """Step 3 levels (int64): 0 at the max, floor(min((m - x) * c, LEVEL_MAX)) elsewhere."""
     distance = row_max[:, None] - x
@@ -222,20 +239,26 @@ def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, us
             total = tl.sum(mass, axis=1)  # the first window holds every level
         shift = 12 - 4 * (DECIDED - 1)
         bins = tl.arange(0, DIGIT_BINS)[None, :]
-        bound = top_p * total.to(tl.float64)
         mass_before = tl.cumsum(mass, axis=1) - mass
-        candidate = prefix_p[:, None] + (bins.to(tl.int64) << shift)
-        holds = (candidate <= LEVEL_MAX) & ((below_p[:, None] + mass_before).to(tl.float64) < bound[:, None])
-        digit_p = tl.max(tl.where(holds, bins, 0), axis=1)
-        below_p = tl.where(use_top_p, below_p + tl.sum(tl.where(bins == digit_p[:, None], mass_before, 0), axis=1), 0)
-        prefix_p = tl.where(use_top_p, prefix_p + (digit_p.to(tl.int64) << shift), 0)
+        holds_p = (below_p[:, None] + mass_before).to(tl.float64) < (top_p * total.to(tl.float64))[:, None]
+        prefix_p, below_p = _next_digit(prefix_p, below_p, mass_before, holds_p, use_top_p, shift)
         count_before = tl.cumsum(count, axis=1) - count
-        candidate = prefix_k[:, None] + (bins.to(tl.int64) << shift)
-        holds = (candidate <= LEVEL_MAX) & (below_k[:, None] + count_before < top_k[:, None])
-        digit_k = tl.max(tl.where(holds, bins, 0), axis=1)
-        below_k = tl.where(use_top_k, below_k + tl.sum(tl.where(bins == digit_k[:, None], count_before, 0), axis=1), 0)
-        prefix_k = tl.where(use_top_k, prefix_k + (digit_k.to(tl.int64) << shift), 0)
+        prefix_k, below_k = _next_digit(prefix_k, below_k, count_before, below_k[:, None] + count_before < top_k[:, None], use_top_k,
+                                        shift)
     return prefix_p, below_p, prefix_k, below_k, total
+
+
+@triton.jit
+def _next_digit(prefix, below, before, holds, use, shift):
+    """One search's next digit at ``shift``: the largest bin j whose candidate prefix | (j << shift)
+    is <= LEVEL_MAX and ``holds`` (R, 16) (the search's predicate on the bins' ``before`` sums);
+    (new prefix, new sum below it), 0 for rows that do not ``use`` the search."""
+    bins = tl.arange(0, DIGIT_BINS)[None, :]
+    candidate = prefix[:, None] + (bins.to(tl.int64) << shift)
+    digit = tl.max(tl.where((candidate <= LEVEL_MAX) & holds, bins, 0), axis=1)
+    below = tl.where(use, below + tl.sum(tl.where(bins == digit[:, None], before, 0), axis=1), 0)
+    prefix = tl.where(use, prefix + (digit.to(tl.int64) << shift), 0)
+    return prefix, below
 
 
 @triton.jit
@@ -267,16 +290,7 @@ def _chunk_max_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len
         cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
         ok = row_ok[:, None] & (cols[None, :] < vocab)
         x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-        tile_max = tl.max(x, axis=1)
-        tile_arg = tl.min(tl.where(ok & (x == tile_max[:, None]), cols[None, :], NO_ID), axis=1)
-        argmax = tl.where((tile_max > chunk_max) | (argmax == NO_ID), tile_arg, argmax)
-        new_max = tl.maximum(chunk_max, tile_max)
-        if WANT_LSE:
-            finite = new_max > float("-inf")
-            rescale = tl.where(finite & (chunk_max > float("-inf")), tl.exp(chunk_max - new_max), 0.0)
-            tile_sum = tl.sum(tl.where(finite[:, None], tl.exp(x - new_max[:, None]), 0.0), axis=1)
-            sum_exp = sum_exp * rescale + tile_sum
-        chunk_max = new_max
+        chunk_max, argmax, sum_exp = _online_max(x, cols, ok, chunk_max, argmax, sum_exp, WANT_LSE)
     offsets = row.to(tl.int64) * chunks + chunk
     tl.store(max_ptr + offsets, chunk_max, mask=row_ok)
     tl.store(arg_ptr + offsets, argmax, mask=row_ok)
@@ -363,12 +377,12 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
     if SEARCH:
         use_top_p = row_ok & (greedy == 0) & (top_p < 1)
         use_top_k = row_ok & (greedy == 0) & (top_k > 0)
-        last_prefix_k = tl.load(search_ptr + (row.to(tl.int64) * (DIGITS - 1) + DIGITS - 2) * SEARCH_FIELDS + 2, mask=row_ok, other=0)
         cut_p, _, cut_k, below_k, _ = _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k, top_p, top_k,
                                                     DIGITS)
         level_cut = tl.where(use_top_p, cut_p, level_cut)
-        # Tokens at the cut level, per chunk: the last pass's count bin of that level.
-        tie_bin = (cut_k - last_prefix_k)[:, None] == tl.arange(0, DIGIT_BINS)[None, :]
+        # Tokens at the cut level, per chunk: the last pass's count bin of that level (the last
+        # pass decides the lowest digit: the cut's low 4 bits).
+        tie_bin = (cut_k & (DIGIT_BINS - 1))[:, None] == tl.arange(0, DIGIT_BINS)[None, :]
         tied_before = tl.zeros([BLOCK_R], dtype=tl.int64)
         tied_here = tl.zeros([BLOCK_R], dtype=tl.int64)
         tied = tl.zeros([BLOCK_R], dtype=tl.int64)
