@@ -67,9 +67,8 @@ def tile_words(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexp
 def words_allowed(words, BLOCK: tl.constexpr):
     """(R, BLOCK) allowed flags of the ids whose ``tile_words`` are ``words`` (bit j of word i:
     id 32 i + j). Each id is tested against its bit as a constant (1 << j: the same few
-    registers a thread in every tile), one AND an id; shifting the word by j first, then a
-    select on the row's constraint (what ``tile_words``' all-ones words make unnecessary), cost
-    three instructions an id on sm_90."""
+    registers a thread in every tile): one AND an id, where shifting the word by j first cost
+    two. Unconstrained rows need no test of their own (``tile_words`` gives them all-ones words)."""
     bit_of_id = 1 << tl.arange(0, 32)  # int32: 1 << 31 is the sign bit, still one bit
     return tl.reshape((words[:, :, None] & bit_of_id[None, None, :]) != 0, [words.shape[0], BLOCK])
 

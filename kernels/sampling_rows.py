@@ -216,6 +216,19 @@ def _summed_bins(bins_ptr, digit, row, row_ok, rows, chunks):
 
 
 @triton.jit
+def _next_digit(prefix, below, before, holds, use, shift):
+    """One search's next digit at ``shift``: the largest bin j whose candidate prefix | (j << shift)
+    is <= LEVEL_MAX and ``holds`` (R, 16) (the search's predicate on the bins' ``before`` sums);
+    (new prefix, new sum below it), 0 for rows that do not ``use`` the search."""
+    bins = tl.arange(0, DIGIT_BINS)[None, :]
+    candidate = prefix[:, None] + (bins.to(tl.int64) << shift)
+    digit = tl.max(tl.where((candidate <= LEVEL_MAX) & holds, bins, 0), axis=1)
+    below = tl.where(use, below + tl.sum(tl.where(bins == digit[:, None], before, 0), axis=1), 0)
+    prefix = tl.where(use, prefix + (digit.to(tl.int64) << shift), 0)
+    return prefix, below
+
+
+@triton.jit
 def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k, top_p, top_k, DECIDED: tl.constexpr):
     """The cut searches after DECIDED digits (0..4): (top-p prefix, the mass of the levels below
     it, top-k prefix, the count of the levels below it, the total weight), int64 (R,) each.
@@ -238,7 +251,6 @@ def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, us
         if DECIDED == 1:
             total = tl.sum(mass, axis=1)  # the first window holds every level
         shift = 12 - 4 * (DECIDED - 1)
-        bins = tl.arange(0, DIGIT_BINS)[None, :]
         mass_before = tl.cumsum(mass, axis=1) - mass
         holds_p = (below_p[:, None] + mass_before).to(tl.float64) < (top_p * total.to(tl.float64))[:, None]
         prefix_p, below_p = _next_digit(prefix_p, below_p, mass_before, holds_p, use_top_p, shift)
@@ -246,19 +258,6 @@ def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, us
         prefix_k, below_k = _next_digit(prefix_k, below_k, count_before, below_k[:, None] + count_before < top_k[:, None], use_top_k,
                                         shift)
     return prefix_p, below_p, prefix_k, below_k, total
-
-
-@triton.jit
-def _next_digit(prefix, below, before, holds, use, shift):
-    """One search's next digit at ``shift``: the largest bin j whose candidate prefix | (j << shift)
-    is <= LEVEL_MAX and ``holds`` (R, 16) (the search's predicate on the bins' ``before`` sums);
-    (new prefix, new sum below it), 0 for rows that do not ``use`` the search."""
-    bins = tl.arange(0, DIGIT_BINS)[None, :]
-    candidate = prefix[:, None] + (bins.to(tl.int64) << shift)
-    digit = tl.max(tl.where((candidate <= LEVEL_MAX) & holds, bins, 0), axis=1)
-    below = tl.where(use, below + tl.sum(tl.where(bins == digit[:, None], before, 0), axis=1), 0)
-    prefix = tl.where(use, prefix + (digit.to(tl.int64) << shift), 0)
-    return prefix, below
 
 
 @triton.jit
