@@ -636,8 +636,11 @@ class WalkLaunch:
 
 # Programs per SM/CU the sampling walks' vocabulary split aims at (sampling_launch). NVIDIA: 3
 # (H100, same run, identical verdicts: verify_sampling bs 64 V 151936 20.2-21.4 us against
-# 22.7-23.5 at 2; other sizes within 4%), never more than the 4 that stay resident at the walk's
-# 128 registers a thread. AMD keeps 2: no AMD GPU here can measure it.
+# 22.7-23.5 at 2; other sizes within 4%), never more than 4, the programs of 128 threads that
+# stay resident at 128 registers a thread. Most unit-stride walks compile to 128 or fewer on
+# sm_90 (compile matrix, Triton 3.6 and 3.9); the masked ragged chain variants take 144-155 with
+# Triton 3.6, where 3 stay resident: still one wave at 3 per SM. AMD keeps 2: no AMD GPU here
+# can measure it.
 SAMPLING_PROGRAMS_PER_SM = {"nvidia": 3, "amd": 2}
 SAMPLING_RESIDENT_PER_SM = {"nvidia": 4}
 

@@ -227,6 +227,37 @@ def test_verify_chain_masked(backend, width, indexed):
         assert allowed[row, int(bonus[b])] if allowed[row].any() else int(bonus[b]) == 0
 
 
+@pytest.mark.spec_hal_op("verify_chain")
+def test_verify_chain_masked_rows_whose_allowed_logits_are_all_minus_inf(backend):
+    """Rows whose allowed tokens all rank as -inf (-inf or NaN logits) while masked tokens are
+    finite: the bonus is the lowest allowed id, never a masked one. V spans several argmax tiles
+    on a GPU, and the allowed ids sit in a later tile than the finite masked ones, so a backend
+    that loses the allowed flags of an all -inf tile picks a masked id or the wrong tile."""
+    vocab, width = 9000, 1
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(6, vocab, generator=generator)
+    allowed = torch.zeros(6, vocab, dtype=torch.bool)
+    allowed[0, 5000:5003] = True  # -inf, in a later tile than the finite masked ids
+    logits[0, 5000:5003] = float("-inf")
+    allowed[1, [4097, 8999]] = True  # one NaN, one -inf, in different tiles
+    logits[1, 4097], logits[1, 8999] = float("nan"), float("-inf")
+    allowed[2, 7000:] = True  # a whole tail of -inf
+    logits[2, 7000:] = float("-inf")
+    allowed[4] = torch.rand(vocab, generator=generator) < 0.5  # an ordinary row
+    allowed[5, 8191:8193] = True  # the ids either side of a tile boundary, both -inf
+    logits[5, 8191:8193] = float("-inf")
+    bitmask = masks.pack_bitmask(allowed)  # row 3 allows nothing
+    candidates = torch.randint(0, vocab, (6, width), generator=generator)
+    expected = verify_reference.verify_chain(candidates, logits, token_bitmask=bitmask)
+    num_correct, bonus = call_without_sync(backend.device, backend.verify_chain, candidates, logits, token_bitmask=bitmask)
+    assert torch.equal(num_correct.cpu(), expected[0]) and torch.equal(bonus.cpu(), expected[1])
+    lowest_allowed = [5000, 4097, 7000, 0, None, 8191]
+    for row, lowest in enumerate(lowest_allowed):
+        if lowest is not None:
+            assert int(bonus[row]) == lowest, f"row {row}: bonus {int(bonus[row])}, lowest allowed id {lowest}"
+    assert allowed[4, int(bonus[4])]
+
+
 @pytest.mark.spec_hal_op("verify_chain_sampling")
 @pytest.mark.parametrize("steps", (1, 4))
 @pytest.mark.parametrize("with_draft_probs", (True, False))
