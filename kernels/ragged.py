@@ -27,7 +27,6 @@ from spec_hal.types import Verdict
 
 from .error_flag import record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv
-from .masks import mask_row_base, token_allowed
 from .sampling import _hash_key, _keyed_coin
 from .verify import (MaskArgs, _chain_sampling_kernel, _merge_argmax, _pow2, _target_source, _verdict_buffers, chain_sampling_constexprs,
                      chain_sampling_signature, launch_chain_sampling, sampling_launch, walk_launch)
@@ -38,13 +37,14 @@ PURPOSE_FINAL = tl.constexpr(stream_purposes.PURPOSE_FINAL)
 
 @triton.jit(do_not_specialize=["num_drafts", "total_rows"])  # sizes that change every batch (kernels/verify.py: _chain_sampling_kernel)
 def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_drafts, total_rows,
-                                mask_ptr, index_ptr, num_masks, mask_width,
                                 predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, max_drafts, vocab, flag_ptr, flag_code,
                                 bonus_ptr, BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
-                                HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, BONUS: tl.constexpr):
+                                BONUS: tl.constexpr):
     """BONUS: the draft-aligned layout (spec_hal/ragged.py): request b's draft j and its target
     row are both flat index starts[b] + j, and lane c_b (c_b cut at the flat end) holds
-    bonus[b]. Otherwise target rows r_b + j (j <= c_b), draft j at r_b + j - b."""
+    bonus[b]. Otherwise target rows r_b + j (j <= c_b), draft j at r_b + j - b. A token_bitmask
+    acts through the argmax tiles: a draft must also be allowed at its row, which from logits is
+    that the row allows any id (kernels/verify.py: _merge_argmax; a masked target is never ids)."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     req64 = req.to(tl.int64)
@@ -66,17 +66,16 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
         draft_index = tl.minimum(tl.maximum(rows - req64[:, None], 0), num_drafts - 1)  # -1 only when T = 0
         next_ok = req_ok[:, None] & (lanes[None, :] + 1 <= count[:, None]) & (rows + 1 < total_rows) & (draft_index >= 0)
     if FROM_LOGITS:
-        target = tl.where(row_ok, _merge_argmax(tile_max_ptr, tile_id_ptr, rows, row_ok, num_tiles, TILES_PAD), -1)
+        target, allows_any = _merge_argmax(tile_max_ptr, tile_id_ptr, rows, row_ok, num_tiles, TILES_PAD)
+        target = tl.where(row_ok, target, -1)
     else:
         target = tl.load(target_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
+        allows_any = row_ok
     drafts = tl.load(drafts_ptr + draft_index, mask=next_ok, other=-1).to(tl.int64)
     # The reference's record of the drafts it reads (verify.record_token_ids): ids < -1, or >= V
     # when V is known (vocab < 0: token-id targets), at their flat index.
     record_invalid(flag_ptr, flag_code, next_ok & ((drafts < -1) | ((vocab >= 0) & (drafts >= vocab))), draft_index)
-    mismatch = (next_ok == 0) | (drafts != target) | (drafts < 0)
-    if HAS_MASK:
-        base, constrained = mask_row_base(index_ptr, rows, row_ok, num_masks, mask_width, HAS_INDEX)
-        mismatch = mismatch | (token_allowed(mask_ptr, base, constrained, drafts, next_ok, mask_width) == 0)
+    mismatch = (next_ok == 0) | (drafts != target) | (drafts < 0) | (allows_any == 0)
     num_correct = tl.min(tl.where(mismatch, lanes[None, :], N_PAD), axis=1)
     if BONUS:  # lane c_b (never matched: no draft there) emits the bonus token; loaded last, kept live briefly
         bonus = tl.load(bonus_ptr + req, mask=req_ok, other=-1).to(tl.int64)
@@ -169,12 +168,12 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
     warps = _warps(target, config)
     drafts = draft_tokens.contiguous() if total else counts  # an empty tensor may have no address
     _ragged_chain_greedy_kernel[(cdiv(bs, config.requests),)](
-        drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total_rows, *masks.args,
+        drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total_rows,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts,
         target_predict.shape[-1] if from_logits else -1, error_flag.flag(out.predict.device), _DRAFTS_CODE,
         counts if bonus_rows else bonus_tokens.contiguous(),  # counts: a placeholder, never read
-        BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, **masks.flags,
-        BONUS=not bonus_rows, num_warps=warps,
+        BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILES_PAD=_pow2(num_tiles), FROM_LOGITS=from_logits, BONUS=not bonus_rows,
+        num_warps=warps,
     )
     return out
 
@@ -251,24 +250,20 @@ def compile_specs(target: KernelTarget):
         # (from logits, target ids type, bonus tokens type: BONUS, the draft-aligned layout, unless None)
         variants = [(True, "*fp32", None), (False, "*i64", None), (False, "*i32", None), (True, "*fp32", "*i64"), (False, "*i64", "*i32")]
         for from_logits, target_type, bonus_type in variants:
-            for has_mask, has_index in ((False, False), (True, False), (True, True)) if bonus_type is None else ((False, False), (True, True)):
-                mask_type = "*i32"  # the placeholder without a mask is out.predict (int32)
-                signature = {"drafts_ptr": "*i64", "counts_ptr": "*i64", "starts_ptr": "*i64", "target_ptr": target_type,
-                             "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "num_drafts": "i32", "total_rows": "i32",
-                             "mask_ptr": mask_type, "index_ptr": "*i64" if has_index else mask_type, "num_masks": "i32", "mask_width": "i32",
-                             "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32",
-                             "bs": "i32", "max_drafts": "i32", "vocab": "i32", "flag_ptr": "*i64", "flag_code": "i64",
-                             "bonus_ptr": bonus_type or "*i64", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILES_PAD": "constexpr",
-                             "FROM_LOGITS": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "BONUS": "constexpr"}
-                constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILES_PAD": _pow2(num_tiles if from_logits else 1),
-                              "FROM_LOGITS": from_logits, "HAS_MASK": has_mask, "HAS_INDEX": has_index, "BONUS": bonus_type is not None}
-                specs.append((_ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config)))
-                specs.append(runtime_specialized(target, _ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config),
-                                                 values={"num_tiles": num_tiles if from_logits else 1, "num_drafts": bs * max_drafts // 2,
-                                                         "total_rows": bs * max_drafts // 2 + (bs if bonus_type is None else 0),
-                                                         "num_masks": bs * nodes if has_mask else 0,
-                                                         "mask_width": 4748 if has_mask else 0, "bs": bs, "max_drafts": max_drafts,
-                                                         "vocab": 151936 if from_logits else -1, "flag_code": _DRAFTS_CODE}))
+            signature = {"drafts_ptr": "*i64", "counts_ptr": "*i64", "starts_ptr": "*i64", "target_ptr": target_type,
+                         "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "num_drafts": "i32", "total_rows": "i32",
+                         "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32",
+                         "bs": "i32", "max_drafts": "i32", "vocab": "i32", "flag_ptr": "*i64", "flag_code": "i64",
+                         "bonus_ptr": bonus_type or "*i64", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILES_PAD": "constexpr",
+                         "FROM_LOGITS": "constexpr", "BONUS": "constexpr"}
+            constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILES_PAD": _pow2(num_tiles if from_logits else 1),
+                          "FROM_LOGITS": from_logits, "BONUS": bonus_type is not None}
+            specs.append((_ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config)))
+            specs.append(runtime_specialized(target, _ragged_chain_greedy_kernel, signature, constexprs, _warps(target, config),
+                                             values={"num_tiles": num_tiles if from_logits else 1, "num_drafts": bs * max_drafts // 2,
+                                                     "total_rows": bs * max_drafts // 2 + (bs if bonus_type is None else 0),
+                                                     "bs": bs, "max_drafts": max_drafts, "vocab": 151936 if from_logits else -1,
+                                                     "flag_code": _DRAFTS_CODE}))
     specs += _chain_sampling_specs(target)
     return specs
 

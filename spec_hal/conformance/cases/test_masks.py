@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import spec_hal.masks as masks
+import spec_hal.ragged as ragged_reference
 import spec_hal.topk as topk_reference
 import spec_hal.verify as verify_reference
 from spec_hal.conformance.guards import assert_rejects, call_without_sync, embedded_input, guarded_output, no_host_sync
@@ -256,6 +257,58 @@ def test_verify_chain_masked_rows_whose_allowed_logits_are_all_minus_inf(backend
         if lowest is not None:
             assert int(bonus[row]) == lowest, f"row {row}: bonus {int(bonus[row])}, lowest allowed id {lowest}"
     assert allowed[4, int(bonus[4])]
+
+
+def _rows_allowing_nothing_inputs(vocab: int, indexed: bool):
+    """Two chains of 3 drafts, every draft token 0, every target row peaked at token 0; rows 0 and
+    5 (request 0's root, request 1's first draft) allow nothing. Derived by hand: request 0
+    accepts nothing, request 1 one draft, and both emit id 0 at the row where they stop."""
+    candidates = torch.tensor([[5, 0, 0, 0], [7, 0, 0, 0]])
+    logits = torch.randn(8, vocab, generator=torch.Generator().manual_seed(vocab))
+    logits[:, 0] = 10.0
+    nothing = torch.tensor([True, False, False, False, False, True, False, False])
+    if indexed:  # mask row 0 allows nothing, mask row 1 everything but the last id
+        allowed_rows = torch.ones(2, vocab, dtype=torch.bool)
+        allowed_rows[0] = False
+        allowed_rows[1, vocab - 1] = False
+        bitmask, index = masks.pack_bitmask(allowed_rows), torch.where(nothing, 0, 1)
+    else:
+        bitmask, index = masks.pack_bitmask(~nothing[:, None].expand(8, vocab)), None
+    return candidates, logits, bitmask, index
+
+
+@pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.spec_hal_op(op))
+                                for op in ("verify_greedy", "verify_chain", "verify_chain_ragged")])
+@pytest.mark.parametrize("indexed", (False, True))
+def test_greedy_verifies_never_accept_at_a_row_allowing_nothing(backend, op, indexed):
+    """At a row allowing nothing the target's token is id 0 (the documented fallback), and a draft
+    of token 0 there must still be rejected: it is masked. V spans several argmax tiles on a GPU.
+    Catches a backend that tests only the draft against the target's token (from logits the
+    argmax is otherwise always allowed)."""
+    vocab = 9000
+    candidates, logits, bitmask, index = _rows_allowing_nothing_inputs(vocab, indexed)
+    target = logits
+    kwargs = {"token_bitmask": bitmask, "bitmask_index": index}
+    device = backend.device
+    if op == "verify_greedy":
+        tree = tree_from_parents([[-1, 0, 1, 2]] * 2, num_steps=3)
+        expected = verify_reference.verify_greedy(tree, candidates, target, **kwargs)
+        verdict = call_without_sync(device, backend.verify_greedy, tree, candidates, target, **kwargs)
+        assert_same_verdict(verdict, expected)
+        num_correct, stops = verdict.num_correct.cpu(), verdict.predict.cpu()[[0, 5]]
+    elif op == "verify_chain":
+        expected = verify_reference.verify_chain(candidates, target, **kwargs)
+        num_correct, bonus = call_without_sync(device, backend.verify_chain, candidates, target, **kwargs)
+        assert torch.equal(num_correct.cpu(), expected[0]) and torch.equal(bonus.cpu(), expected[1])
+        num_correct, stops = num_correct.cpu(), bonus.cpu()
+    else:
+        drafts, counts = candidates[:, 1:].reshape(-1), torch.tensor([3, 3])
+        expected = ragged_reference.verify_chain_ragged(drafts, counts, target, max_drafts=3, **kwargs)
+        verdict = call_without_sync(device, backend.verify_chain_ragged, drafts, counts, target, max_drafts=3, **kwargs)
+        assert_same_verdict(verdict, expected)
+        num_correct, stops = verdict.num_correct.cpu(), verdict.predict.cpu()[[0, 5]]
+    assert num_correct.tolist() == [0, 1]
+    assert stops.tolist() == [0, 0]
 
 
 @pytest.mark.spec_hal_op("verify_chain_sampling")
