@@ -14,9 +14,11 @@ m_{i-1}. So no (bs, V) residual buffer exists: the kernel keeps the masses of th
 (at most N, in registers) and recomputes r_k tile by tile from the p and q rows whenever it needs
 it. Testing child k costs one pass over the row (m_k) plus one gathered load (r_k(x), q(x));
 the final token costs two passes (totals, then the inverse CDF's count of running sums <= t).
-Integer sums are exact and every float64 step is one IEEE operation (division included: Triton
-lowers fp64 ``/`` to a correctly rounded division), so the result is bit-identical to the
-reference on every backend.
+Integer sums are exact and every float64 step is one correctly rounded IEEE operation, so the
+result is bit-identical to the reference on every backend. The per-id division r_i / m_i is
+computed without dividing, from the correctly rounded reciprocal of m_i (``_reciprocal``, once
+per rejection, by Newton steps and an exact rounding check) and two fmas (``_divide``: the same
+correctly rounded quotient). No fp64 division is left on GPU targets.
 
 ``BLOCK_R`` requests share a program: 1 on a GPU, many under the interpreter (the statistical
 test runs 5 x 10^4 requests).
@@ -39,6 +41,8 @@ from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quant
                      _store_verdict, _verdict_buffers)
 
 INV_QUANT_SCALE = tl.constexpr(2.0**-40)
+# bits(1 / b) ~ SEED - bits(b) for a float64 b: |1 - b y| <= 0.051 (the classic bit-level guess)
+RECIPROCAL_SEED = tl.constexpr(0x7FDE623822FC16E6)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -61,24 +65,75 @@ def _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols
 
 
 @triton.jit
-def _residual(p_int, q_int, masses, rejections, lanes, max_rejections):
+def _divisor(mass):
+    """The float64 divisor of a residual of mass ``mass`` (int64): max(mass, 1), as the reference."""
+    return tl.maximum(mass.to(tl.float64), 1.0)
+
+
+@triton.jit
+def _reciprocal(b, FMA_DIVIDE: tl.constexpr):
+    """1 / b correctly rounded (float64, b >= 1), with no division under FMA_DIVIDE: a bit-level
+    guess, four Newton steps (|1 - b y| 0.051 -> 2.6e-3 -> 6.5e-6 -> 4.2e-11 -> 1.1e-16, within an
+    ulp), then twice the nearer of y and its neighbour towards 1 / b, compared by their exact
+    remainders 1 - b y (one fma each: exact within a couple of ulps). tests/test_exact_division.py
+    checks it against ``1 / b``. A division here would be ptxas's fp64 subroutine call, which
+    kept an 8-16 B local frame in some variants."""
+    if FMA_DIVIDE:
+        y = (-b.to(tl.int64, bitcast=True) + RECIPROCAL_SEED).to(tl.float64, bitcast=True)  # tensor first: the interpreter
+        for _ in tl.static_range(4):
+            y = tl.fma(tl.fma(-b, y, 1.0), y, y)
+        for _ in tl.static_range(2):
+            remainder = tl.fma(-b, y, 1.0)
+            neighbour = (y.to(tl.int64, bitcast=True) + tl.where(remainder > 0, 1, -1)).to(tl.float64, bitcast=True)
+            y = tl.where(tl.abs(tl.fma(-b, neighbour, 1.0)) < tl.abs(remainder), neighbour, y)
+    else:
+        y = 1.0 / b
+    return y
+
+
+@triton.jit
+def _divide(a, b, b_reciprocal, FMA_DIVIDE: tl.constexpr):
+    """a / b correctly rounded (float64). FMA_DIVIDE: from ``b_reciprocal`` = 1 / b correctly
+    rounded, with no division: Markstein's correction (q = a y; the remainder a - b q is exact in
+    one fma; q + r y rounds to the quotient), exact whenever nothing overflows or underflows: here
+    0 <= a <= 2^40 and 1 <= b < 2^64 (tests/test_exact_division.py checks it against ``/``). A
+    correctly rounded fp64 division is a subroutine call on NVIDIA: inlined per id at four call
+    sites it kept a 16-24 B local frame. Without FMA_DIVIDE (an interpreter whose fma rounds
+    twice: ``fma_rounds_once``) it divides."""
+    if FMA_DIVIDE:
+        q = a * b_reciprocal
+        remainder = tl.fma(-b, q, a)
+        quotient = tl.fma(remainder, b_reciprocal, q)
+    else:
+        quotient = a / b
+    return quotient
+
+
+@triton.jit
+def _residual(p_int, q_int, divisors, reciprocals, rejections, lanes, max_rejections, FMA_DIVIDE: tl.constexpr):
     """r_k (R, L) int64 from r_0 = ``p_int`` after each request's ``rejections`` (R,) rejections,
-    rejection i at mass ``masses[:, i]`` (R, N_PAD): the reference's float64 update, elementwise."""
+    rejection i dividing by ``divisors[:, i]`` (R, N_PAD; ``reciprocals[:, i]``: 1 / it): the
+    reference's float64 update, elementwise."""
     r = p_int
     q_scaled = q_int.to(tl.float64) * INV_QUANT_SCALE  # exact: a power-of-two scale
     for i in range(0, max_rejections):
-        mass = tl.sum(tl.where(lanes[None, :] == i, masses, 0), axis=1)
-        mass = tl.maximum(mass.to(tl.float64), 1.0)
+        at_i = lanes[None, :] == i
+        # Both picks in one lane reduction (joined as (R, N_PAD, 2)): a reduction per pick per tile
+        # took 1.35x the time of the per-id divisions they replace at N = 64 on the H100.
+        picked = tl.sum(tl.where(at_i[:, :, None], tl.join(divisors, reciprocals), 0.0), axis=1)
+        divisor, reciprocal = tl.split(picked)
         active = (i < rejections)[:, None]
         # Rows past their rejections divide 0 (their mass slot is 0: r * 2^40 would overflow the cast).
-        update = (tl.maximum(tl.where(active, r.to(tl.float64), 0.0) / mass[:, None] - q_scaled, 0.0) * QUANT_SCALE).to(tl.int64)
+        quotient = _divide(tl.where(active, r.to(tl.float64), 0.0), divisor[:, None], reciprocal[:, None], FMA_DIVIDE)
+        update = (tl.maximum(quotient - q_scaled, 0.0) * QUANT_SCALE).to(tl.int64)
         r = tl.where(active, update, r)
     return r
 
 
 @triton.jit
-def _row_totals(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, masses, rejections, lanes, vocab,
-                mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr):
+def _row_totals(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, divisors, reciprocals, rejections, lanes, vocab,
+                mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr,
+                FMA_DIVIDE: tl.constexpr):
     """(sum of r_k, sum of r_0) (R,) int64 over each request's row: one pass over the vocabulary."""
     max_rejections = tl.max(tl.where(rows_ok, rejections, 0), axis=0)
     total_r = tl.zeros([BLOCK_R], dtype=tl.int64)
@@ -88,14 +143,16 @@ def _row_totals(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok,
         ok = rows_ok[:, None] & (cols[None, :] < vocab)
         p_int, q_int = _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols[None, :], ok, mask_ptr, mask_base,
                                        constrained, mask_width, HAS_MASK)
-        total_r += tl.sum(_residual(p_int, q_int, masses, rejections, lanes, max_rejections), axis=1)
+        total_r += tl.sum(_residual(p_int, q_int, divisors, reciprocals, rejections, lanes, max_rejections, FMA_DIVIDE), axis=1)
         total_p += tl.sum(p_int, axis=1)
     return total_r, total_p
 
 
 @triton.jit
-def _inverse_cdf(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, masses, rejections, lanes, vocab, total, coin,
-                 mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr):
+def _inverse_cdf(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, divisors, reciprocals, rejections, lanes, vocab, total,
+                 coin,
+                 mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr,
+                 FMA_DIVIDE: tl.constexpr):
     """The id whose inclusive running sum of r_k first exceeds min(floor(u * total), total - 1),
     counted as the number of ids whose running sum is <= it; 0 where total = 0. (R,) int64."""
     threshold = tl.minimum((coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64), total - 1)
@@ -107,7 +164,7 @@ def _inverse_cdf(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok
         ok = rows_ok[:, None] & (cols[None, :] < vocab)
         p_int, q_int = _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols[None, :], ok, mask_ptr, mask_base,
                                        constrained, mask_width, HAS_MASK)
-        r = _residual(p_int, q_int, masses, rejections, lanes, max_rejections)
+        r = _residual(p_int, q_int, divisors, reciprocals, rejections, lanes, max_rejections, FMA_DIVIDE)
         index += tl.sum(tl.where(tl.cumsum(r, axis=1) + running[:, None] <= threshold[:, None], 1, 0), axis=1)
         running += tl.sum(r, axis=1)
     return tl.where(total > 0, index, 0)
@@ -123,7 +180,7 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
                           predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
                           mask_ptr, index_ptr, num_masks, mask_width,
                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILE_V: tl.constexpr,
-                          HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr):
+                          HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, FMA_DIVIDE: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     req64 = req.to(tl.int64)
@@ -138,14 +195,16 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
     on_path = tl.where(lanes[None, :] == 0, 1, tl.zeros([BLOCK_R, N_PAD], dtype=tl.int32))
     next_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
     accept = tl.where(width_lanes[None, :] == 0, block_base[:, None], tl.full([BLOCK_R, W_PAD], -1, dtype=tl.int64))
-    masses = tl.zeros([BLOCK_R, N_PAD], dtype=tl.int64)  # mass of the residual at each rejection of this level
+    # Each rejection of this level divides the residual by its mass (_divisor), from its reciprocal
+    # (_reciprocal, once per rejection); slots past a request's rejections are never read.
+    divisors = tl.full([BLOCK_R, N_PAD], 1.0, dtype=tl.float64)
+    reciprocals = tl.full([BLOCK_R, N_PAD], 1.0, dtype=tl.float64)
     rejections = tl.zeros([BLOCK_R], dtype=tl.int32)
     standing = req_ok
     level = tl.zeros([BLOCK_R], dtype=tl.int32)
     while tl.max(standing.to(tl.int32), axis=0) > 0:
         node = block_base + last
         descend = standing & (level < num_steps) & (level < nodes - 1)  # never more than N - 1 accepts
-        masses = tl.where(standing[:, None], 0, masses)  # a new node: its residual starts as its target row
         rejections = tl.where(standing, 0, rejections)
         p_base = req64 * stride_pb + last.to(tl.int64) * stride_pn
         q_base = req64 * stride_qb + last.to(tl.int64) * stride_qn
@@ -159,18 +218,23 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
             sibling = tl.load(next_sibling_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
             token = tl.load(cand_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
             in_vocab = scanning & (token >= 0) & (token < vocab)
-            mass, _ = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, scanning, masses, rejections, lanes,
-                                  vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK)
+            mass, _ = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, scanning, divisors, reciprocals,
+                                  rejections, lanes, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK,
+                                  FMA_DIVIDE)
             p_x, q_x = _quantized_rows(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, token[:, None], in_vocab[:, None],
                                        mask_ptr, mask_base, constrained, mask_width, HAS_MASK)
-            r_x = tl.sum(_residual(p_x, q_x, masses, rejections, lanes, tl.max(tl.where(in_vocab, rejections, 0), axis=0)), axis=1)
+            r_x = tl.sum(_residual(p_x, q_x, divisors, reciprocals, rejections, lanes, tl.max(tl.where(in_vocab, rejections, 0), axis=0),
+                                   FMA_DIVIDE), axis=1)
             coin = _sanitize_coins(tl.load(coins_ptr + block_base + cur, mask=scanning, other=0.0)).to(tl.float64)
             # u * q(x) < r(x) / sum(r), in the reference's float64 operation order.
             hit = in_vocab & (coin * tl.sum(q_x, axis=1).to(tl.float64) * mass.to(tl.float64) < r_x.to(tl.float64) * QUANT_SCALE)
             chosen = tl.where(hit, cur, chosen)
             chosen_token = tl.where(hit, token, chosen_token)
             rejected = scanning & (hit == 0)
-            masses = tl.where((lanes[None, :] == rejections[:, None]) & rejected[:, None], mass[:, None], masses)
+            recorded = (lanes[None, :] == rejections[:, None]) & rejected[:, None]
+            divisor = _divisor(mass)
+            divisors = tl.where(recorded, divisor[:, None], divisors)
+            reciprocals = tl.where(recorded, _reciprocal(divisor, FMA_DIVIDE)[:, None], reciprocals)
             rejections += rejected.to(tl.int32)
             scanned += 1
             cur = tl.where(rejected & (scanned < nodes), _link(sibling, nodes).to(tl.int32), -1)
@@ -186,13 +250,14 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
     p_base = req64 * stride_pb + last.to(tl.int64) * stride_pn
     q_base = req64 * stride_qb + last.to(tl.int64) * stride_qn
     mask_base, constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
-    total_r, total_p = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, masses, rejections, lanes,
-                                   vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK)
+    total_r, total_p = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, divisors, reciprocals,
+                                   rejections, lanes, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK,
+                                   FMA_DIVIDE)
     use_residual = total_r > 0
     final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
-    final = _inverse_cdf(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, masses,
+    final = _inverse_cdf(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, divisors, reciprocals,
                          tl.where(use_residual, rejections, 0), lanes, vocab, tl.where(use_residual, total_r, total_p), final_coin,
-                         mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK)
+                         mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK, FMA_DIVIDE)
     next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
     predict = tl.where(on_path != 0, next_tokens, -1)
     _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
@@ -201,6 +266,16 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
 
 # ----------------------------------------------------------------------------------------------
 # launch config and host function
+
+
+def fma_rounds_once(target: KernelTarget) -> bool:
+    """Whether ``tl.fma`` rounds once on ``target`` (``_divide``'s FMA_DIVIDE): always compiled;
+    under the interpreter only where it has a float64 fma (Triton 3.9; 3.6 multiplies and adds in
+    numpy, rounding twice)."""
+    if target.vendor != "interpreter":
+        return True
+    from triton._C.libtriton import interpreter
+    return hasattr(interpreter, "fma_fp64")
 
 
 @dataclass(frozen=True)
@@ -213,10 +288,9 @@ class TreeSamplingLaunch:
 
 def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> TreeSamplingLaunch:
     """One request per program on a GPU, one id per thread a tile: 128 threads (4 warps) on
-    NVIDIA, 256 (4 wave64 warps) on AMD. Wider tiles spill: every id inlines the float64 residual
-    update at three call sites, ptxas calls a subroutine for each correctly rounded fp64 division
-    and saves live registers around it in a local frame (sm_80/sm_90, Triton 3.6 and 3.9, at 2
-    ids a thread for some variants), and gfx942 spills SGPRs at 2-4 ids a thread. The
+    NVIDIA, 256 (4 wave64 warps) on AMD. Measured before ``_divide`` (when every id divided, at
+    four inlined call sites): wider tiles kept local frames around ptxas's fp64 division
+    subroutine on sm_80/sm_90 and spilled SGPRs on gfx942 at 2-4 ids a thread. The
     interpreter batches requests so that a tile holds at most 2^17 elements, and reads a row in
     at least 2 tiles (the running sums across tiles are what the conformance suite checks there)."""
     if target.vendor == "interpreter":
@@ -248,7 +322,8 @@ def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs:
         draft_probs, *_probs_strides(draft_probs, nodes), target_probs, *_probs_strides(target_probs, nodes),
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens,
         bs, nodes, tree.num_steps, vocab, *masks.args,
-        BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, **masks.flags, num_warps=config.warps,
+        BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, **masks.flags,
+        FMA_DIVIDE=fma_rounds_once(target), num_warps=config.warps,
     )
     return out
 
@@ -282,9 +357,9 @@ def compile_specs(target: KernelTarget):
                          "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32",
                          "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", "mask_ptr": mask_type, "index_ptr": index_type,
                          "num_masks": "i32", "mask_width": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr",
-                         "TILE_V": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr"}
+                         "TILE_V": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "FMA_DIVIDE": "constexpr"}
             constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILE_V": config.tile_v,
-                          "HAS_MASK": has_mask, "HAS_INDEX": has_index}
+                          "HAS_MASK": has_mask, "HAS_INDEX": has_index, "FMA_DIVIDE": fma_rounds_once(target)}
             specs.append((_tree_sampling_kernel, signature, constexprs, config.warps))
             specs.append(runtime_specialized(target, _tree_sampling_kernel, signature, constexprs, config.warps,
                                              values={"stride_qb": nodes * vocab, "stride_qn": vocab, "stride_qv": 1, "stride_pb": nodes * vocab,
