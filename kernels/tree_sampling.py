@@ -96,7 +96,7 @@ def _divide(a, b, b_reciprocal, FMA_DIVIDE: tl.constexpr):
     """a / b correctly rounded (float64). FMA_DIVIDE: from ``b_reciprocal`` = 1 / b correctly
     rounded, with no division: Markstein's correction (q = a y; the remainder a - b q is exact in
     one fma; q + r y rounds to the quotient), exact whenever nothing overflows or underflows: here
-    0 <= a <= 2^40 and 1 <= b < 2^64 (tests/test_exact_division.py checks it against ``/``). A
+    0 <= a <= 2^40 and 1 <= b <= 2^63 (tests/test_exact_division.py checks it against ``/``). A
     correctly rounded fp64 division is a subroutine call on NVIDIA: inlined per id at four call
     sites it kept a 16-24 B local frame. Without FMA_DIVIDE (an interpreter whose fma rounds
     twice: ``fma_rounds_once``) it divides."""
@@ -123,7 +123,7 @@ def _residual(p_int, q_int, divisors, reciprocals, rejections, lanes, max_reject
         picked = tl.sum(tl.where(at_i[:, :, None], tl.join(divisors, reciprocals), 0.0), axis=1)
         divisor, reciprocal = tl.split(picked)
         active = (i < rejections)[:, None]
-        # Rows past their rejections divide 0 (their mass slot is 0: r * 2^40 would overflow the cast).
+        # Rows past their rejections divide 0 (their slot holds 1 or a stale divisor: r * 2^40 could overflow the cast).
         quotient = _divide(tl.where(active, r.to(tl.float64), 0.0), divisor[:, None], reciprocal[:, None], FMA_DIVIDE)
         update = (tl.maximum(quotient - q_scaled, 0.0) * QUANT_SCALE).to(tl.int64)
         r = tl.where(active, update, r)
