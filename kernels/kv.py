@@ -29,7 +29,7 @@ from spec_hal.device_buffers import allocate_persistent
 from spec_hal.kv import DraftSlots, record_move_values
 
 from .error_flag import ARGUMENT_STEP, record_invalid
-from .launch import KernelTarget, cdiv, next_power_of_2
+from .launch import KernelTarget, cdiv, next_power_of_2, runtime_specialized
 
 
 @triton.jit
@@ -56,28 +56,49 @@ def _accepted_moves_kernel(accept_index_ptr, index_stride_row, index_stride_col,
 
 
 @triton.jit
+def _chunk_moves(src_ptr, dst_ptr, start, num_moves, check_slots, records, flag_ptr, flag_code, CHUNK: tl.constexpr):
+    """(source, destination) int64 slots of moves ``start .. start + CHUNK - 1``, -1 past the list.
+    Default-mode records (spec_hal.kv.record_move_values), by the recording program: entries other
+    than -1 outside [0, check_slots) (the smallest num_slots of ALL caches) at index i."""
+    moves = start + tl.arange(0, CHUNK)
+    in_list = moves < num_moves
+    source = tl.load(src_ptr + moves, mask=in_list, other=-1).to(tl.int64)
+    destination = tl.load(dst_ptr + moves, mask=in_list, other=-1).to(tl.int64)
+    record_invalid(flag_ptr, flag_code, records & ((source < -1) | (source >= check_slots)) & in_list, moves)
+    record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, records & ((destination < -1) | (destination >= check_slots)) & in_list, moves)
+    return source, destination
+
+
+@triton.jit
 def _move_rows_kernel(base_ptr, cache_offsets_ptr, slot_stride, num_slots, row_length, src_ptr, dst_ptr, num_moves,
-                      check_slots, flag_ptr, flag_code, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
-    cache_base = base_ptr + tl.load(cache_offsets_ptr + tl.program_id(0))
+                      check_slots, flag_ptr, flag_code, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
+                      OFFSET_MULTIPLE: tl.constexpr):
+    # The host promises that each cache's offset from the first is a multiple of OFFSET_MULTIPLE
+    # elements (16 bytes when every cache is 16-byte aligned). A loaded offset has no known
+    # alignment otherwise, and every element becomes its own 1-8 byte access.
+    cache_base = base_ptr + tl.multiple_of(tl.load(cache_offsets_ptr + tl.program_id(0)), OFFSET_MULTIPLE)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     in_row = cols < row_length
-    # Default-mode records (spec_hal.kv.record_move_values), by program (0, 0): entries other than
-    # -1 outside [0, check_slots) (the smallest num_slots of ALL caches) at index i.
     records = (tl.program_id(0) == 0) & (tl.program_id(1) == 0)
+    # A software pipeline of three stages: chunk c's rows are stored while chunk c+1's rows and
+    # chunk c+2's slot numbers are in flight. Reading ahead is safe by the op's precondition: a
+    # slot read by move j is never written by a move i < j, so no store of chunk c touches what
+    # chunk c+1 reads. Only the reads and writes of one chunk need the barrier between them.
+    source, destination = _chunk_moves(src_ptr, dst_ptr, 0, num_moves, check_slots, records, flag_ptr, flag_code, CHUNK)
+    valid = (source >= 0) & (destination >= 0) & (source < num_slots) & (destination < num_slots)
+    values = tl.load(cache_base + source[:, None] * slot_stride + cols[None, :], mask=valid[:, None] & in_row[None, :])
+    next_source, next_destination = _chunk_moves(src_ptr, dst_ptr, CHUNK, num_moves, check_slots, records, flag_ptr, flag_code, CHUNK)
     for start in range(0, num_moves, CHUNK):
-        moves = start + tl.arange(0, CHUNK)
-        in_list = moves < num_moves
-        source = tl.load(src_ptr + moves, mask=in_list, other=-1).to(tl.int64)
-        destination = tl.load(dst_ptr + moves, mask=in_list, other=-1).to(tl.int64)
-        record_invalid(flag_ptr, flag_code, records & ((source < -1) | (source >= check_slots)) & in_list, moves)
-        record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, records & ((destination < -1) | (destination >= check_slots)) & in_list, moves)
-        valid = (source >= 0) & (destination >= 0) & (source < num_slots) & (destination < num_slots)
-        mask = valid[:, None] & in_row[None, :]
-        values = tl.load(cache_base + source[:, None] * slot_stride + cols[None, :], mask=mask)
+        later_source, later_destination = _chunk_moves(src_ptr, dst_ptr, start + 2 * CHUNK, num_moves, check_slots, records,
+                                                       flag_ptr, flag_code, CHUNK)
+        next_valid = (next_source >= 0) & (next_destination >= 0) & (next_source < num_slots) & (next_destination < num_slots)
+        next_values = tl.load(cache_base + next_source[:, None] * slot_stride + cols[None, :],
+                              mask=next_valid[:, None] & in_row[None, :])
         # Every thread of the program has read this chunk before any thread overwrites a slot.
         tl.debug_barrier()
-        tl.store(cache_base + destination[:, None] * slot_stride + cols[None, :], values, mask=mask)
-        tl.debug_barrier()
+        tl.store(cache_base + destination[:, None] * slot_stride + cols[None, :], values, mask=valid[:, None] & in_row[None, :])
+        values, destination, valid = next_values, next_destination, next_valid
+        next_source, next_destination = later_source, later_destination
 
 
 @triton.jit
@@ -191,27 +212,33 @@ def _groups(caches) -> list:
     return list(groups.items())
 
 
-def move_launch(target: KernelTarget, row_length: int, element_size: int) -> tuple[int, int, int]:
+def move_launch(target: KernelTarget, row_length: int, element_size: int, aligned: bool = True) -> tuple[int, int, int]:
     """(BLOCK columns, CHUNK moves, warps) of ``_move_rows_kernel``.
 
-    NVIDIA: 512-byte column tiles, 32 moves per chunk (16 KiB in flight per program between
-    barriers). AMD: 64-byte tiles, 64 moves, at most 16 elements a thread, so that no compiled
-    configuration spills on gfx90a/gfx942/gfx950. Interpreter: whole rows and big chunks (few
-    Python-level programs and iterations).
+    NVIDIA: 512-byte column tiles, 32 moves per chunk, 4 16-byte vectors a thread (8 warps for
+    whole tiles). AMD: 64-byte tiles, 64 moves, at most 16 elements a thread. Interpreter: whole
+    rows and big chunks (few Python-level programs and iterations). Caches that are not all
+    16-byte aligned (``aligned=False``) cannot be read in vectors: every element then carries its
+    own 64-bit address, so chunks of 8 moves keep the two chunks in flight from spilling.
     """
     if target.vendor == "interpreter":
         return max(next_power_of_2(row_length), 16), 256, 1
     if target.vendor == "nvidia":
-        # 512-byte tiles, 32 moves, 8 16-byte vectors a thread: measured faster on the H100
-        # (55-58% of copy bandwidth; 128-byte tiles of 64 moves measured 44%) and spill-free there.
         block = min(max(next_power_of_2(row_length), 16), 512 // element_size)
-        return block, 32, max(1, min(8, 32 * block * element_size // (16 * target.warp_size * 8)))
+        chunk = 32 if aligned else 8
+        return block, chunk, max(1, min(8, 32 * block * element_size // (16 * target.warp_size * 4)))
     block = min(max(next_power_of_2(row_length), 16), 64 // element_size)
-    chunk = 64
-    # At most 16 elements a thread (8 for bytes): a launch with misaligned pointers cannot
-    # vectorise, and each element then carries its own 64-bit address.
+    chunk = 64 if aligned else 8
+    # At most 16 elements a thread (8 for bytes) at 64 moves a chunk.
     per_thread = 8 if element_size == 1 else 16
-    return block, chunk, target.warps(min(512, max(target.warp_size, chunk * block // per_thread)))
+    return block, chunk, target.warps(min(512, max(target.warp_size, 64 * block // per_thread)))
+
+
+def _offset_multiple(group: list) -> int:
+    """Elements that every cache's offset from the first is a multiple of: 16 bytes' worth where
+    all caches of the group are 16-byte aligned (torch's allocations are), else 1."""
+    size = group[0].element_size()
+    return max(1, 16 // size) if all(cache.data_ptr() % 16 == 0 for cache in group) else 1
 
 
 def move_kv(caches, src, dst, *, target: KernelTarget):
@@ -230,10 +257,11 @@ def move_kv(caches, src, dst, *, target: KernelTarget):
         launched = True
         # fp8 rows are moved as bytes: a bit copy needs no fp8 support in the interpreter.
         base = group[0].view(torch.uint8) if dtype.is_floating_point and group[0].element_size() == 1 else group[0]
-        block, chunk, warps = move_launch(target, row_length, group[0].element_size())
+        multiple = _offset_multiple(group)
+        block, chunk, warps = move_launch(target, row_length, group[0].element_size(), aligned=multiple > 1)
         _move_rows_kernel[(len(group), cdiv(row_length, block))](
             base, _offset_table(group, src.device), slot_stride, num_slots, row_length, src, dst, num_moves,
-            check_slots, flag, _MOVE_KV_CODE, CHUNK=chunk, BLOCK=block, num_warps=warps,
+            check_slots, flag, _MOVE_KV_CODE, CHUNK=chunk, BLOCK=block, OFFSET_MULTIPLE=multiple, num_warps=warps,
         )
     return None
 
@@ -284,12 +312,17 @@ def compile_specs(target: KernelTarget):
                       {"BLOCK": 256}, 4))
         for data_type, size in _TYPES.items():
             for row_length in (3, 1024):
-                block, chunk, warps = move_launch(target, row_length, size)
-                specs.append((_move_rows_kernel,
-                              {"base_ptr": f"*{data_type}", "cache_offsets_ptr": "*i64", "slot_stride": "i64", "num_slots": "i64",
-                               "row_length": "i64", "src_ptr": f"*{index_type}", "dst_ptr": f"*{index_type}", "num_moves": "i64",
-                               "check_slots": "i64", "flag_ptr": "*i64", "flag_code": "i64", "CHUNK": "constexpr", "BLOCK": "constexpr"},
-                              {"CHUNK": chunk, "BLOCK": block}, warps))
+                generic, aligned = move_launch(target, row_length, size, aligned=False), move_launch(target, row_length, size)
+                signature = {"base_ptr": f"*{data_type}", "cache_offsets_ptr": "*i64", "slot_stride": "i64", "num_slots": "i64",
+                             "row_length": "i64", "src_ptr": f"*{index_type}", "dst_ptr": f"*{index_type}", "num_moves": "i64",
+                             "check_slots": "i64", "flag_ptr": "*i64", "flag_code": "i64", "CHUNK": "constexpr", "BLOCK": "constexpr",
+                             "OFFSET_MULTIPLE": "constexpr"}
+                # Generic (misaligned caches) and as the JIT specialises aligned caches of a pool.
+                specs.append((_move_rows_kernel, signature, {"CHUNK": generic[1], "BLOCK": generic[0], "OFFSET_MULTIPLE": 1}, generic[2]))
+                specs.append(runtime_specialized(
+                    target, _move_rows_kernel, signature, {"CHUNK": aligned[1], "BLOCK": aligned[0], "OFFSET_MULTIPLE": max(1, 16 // size)}, aligned[2],
+                    values=dict(slot_stride=row_length, num_slots=65536, row_length=row_length, num_moves=1280, check_slots=65536,
+                                flag_code=_MOVE_KV_CODE)))
         for steps, topk, page in ((3, 1, 1), (5, 4, 16)):
             holes = (topk - 1) * (page - 1)
             specs.append((_draft_slots_kernel,
@@ -305,6 +338,6 @@ def describe_launch(target: KernelTarget) -> list[str]:
     lines = []
     for row_length, size in ((1024, 2), (576, 2), (1024, 4)):
         block, chunk, warps = move_launch(target, row_length, size)
-        lines.append(f"move_kv row {row_length} x {size} B: BLOCK={block} columns, CHUNK={chunk} moves, {warps} warps")
+        lines.append(f"move_kv row {row_length} x {size} B (16-byte aligned caches): BLOCK={block} columns, CHUNK={chunk} moves, {warps} warps")
     lines.append("accepted_kv_moves: 256 entries per program; assign_draft_slots: one program per request")
     return lines

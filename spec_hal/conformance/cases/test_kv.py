@@ -125,7 +125,7 @@ def _chain_moves(count, offset):
     return src, dst
 
 
-MOVE_LISTS = ("accepted", "chain_300", "disjoint_skips", "empty", "prefix_tail")
+MOVE_LISTS = ("accepted", "chain_600", "disjoint_skips", "empty", "prefix_tail")
 
 
 def _move_list(kind, num_slots, seed):
@@ -134,8 +134,8 @@ def _move_list(kind, num_slots, seed):
         round_ = random_round(40, num_steps=5, num_nodes=8, generator=generator)
         slots = (torch.randperm(num_slots, generator=generator)[:320]).view(40, 8)
         return reference_accepted_kv_moves(round_.verdict, slots)
-    if kind == "chain_300":  # longer than one kernel chunk: order across chunks matters
-        return _chain_moves(300, 7)
+    if kind == "chain_600":  # three or more kernel chunks: order across chunks and reading ahead matter
+        return _chain_moves(600, 7)
     if kind == "disjoint_skips":
         perm = torch.randperm(num_slots, generator=generator)
         src, dst = perm[:200].clone(), perm[200:400].clone()
