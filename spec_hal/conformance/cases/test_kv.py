@@ -125,7 +125,7 @@ def _chain_moves(count, offset):
     return src, dst
 
 
-MOVE_LISTS = ("accepted", "chain_600", "disjoint_skips", "empty", "prefix_tail")
+MOVE_LISTS = ("accepted", "chain_600", "disjoint_skips", "empty", "prefix_tail", "sparse_runs")
 
 
 def _move_list(kind, num_slots, seed):
@@ -142,6 +142,14 @@ def _move_list(kind, num_slots, seed):
         skip = torch.rand(200, generator=generator) < 0.3
         src[skip & (torch.rand(200, generator=generator) < 0.5)] = -1
         dst[skip] = -1
+        return src, dst
+    if kind == "sparse_runs":  # runs of -1 longer than a kernel's window of entries between moves
+        perm = torch.randperm(num_slots, generator=generator)
+        src, dst = torch.full((1300,), -1), torch.full((1300,), -1)
+        for first, count in ((3, 40), (700, 60), (1290, 10)):
+            taken = perm[:2 * count]
+            perm = perm[2 * count:]
+            src[first:first + count], dst[first:first + count] = taken[:count], taken[count:]
         return src, dst
     if kind == "empty":
         return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)
