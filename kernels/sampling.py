@@ -407,6 +407,18 @@ def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Fused
     return FusedLaunch(1, block_v, max(16, min(block_v, 1024 // n_pad)), target.warps(256))
 
 
+# ptxas under Triton 3.9 compiles the 256-thread walk at 80 registers and spills long-lived values
+# into a local frame (docs/sampling.md). 128 is about the budget Triton 3.6 reaches by itself
+# (111-128 registers, offline), the compile every GPU measurement here ran; on the H100 (Triton
+# 3.6) the cap measured within 1.6% of no cap at 7 shapes, same verdicts.
+FUSED_MAXNREG = 128
+
+
+def fused_options(target: KernelTarget) -> dict:
+    """Compile options of the fused walk's launches on ``target``: a register cap on NVIDIA."""
+    return {"maxnreg": FUSED_MAXNREG} if target.vendor == "nvidia" else {}
+
+
 def _pow2(count: int) -> int:
     return max(next_power_of_2(max(count, 1)), 2)
 
@@ -520,7 +532,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain),
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
         PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=0 if logprobs is None else semantics.LOGPROB_MODES.index(logprobs) + 1,
-        num_warps=config.warps,
+        num_warps=config.warps, **fused_options(target),
     )
     return out, values
 
@@ -630,12 +642,12 @@ def compile_specs(target: KernelTarget):
         for logit_type, hashed, logprobs in variants:
             signature = {"logits_ptr": f"*{logit_type}", **fused_signature}
             constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs}
-            specs.append((_fused_walk_kernel, signature, constexprs, config.warps))
+            specs.append((_fused_walk_kernel, signature, constexprs, config.warps, {}, fused_options(target)))
             specs.append(runtime_specialized(target, _fused_walk_kernel, signature, constexprs, config.warps,
                                              values={"stride_row": vocab, "stride_col": 1, "vocab": vocab,
                                                      "id_bits": max(1, (vocab - 1).bit_length()), "top_k_value": 50, "tensor_params": 15,
                                                      "bs": bs, "nodes": nodes, "num_steps": steps,
-                                                     "flag_code": _TREE_IDS_CODE, "chain_shift": 0}))
+                                                     "flag_code": _TREE_IDS_CODE, "chain_shift": 0}) + (fused_options(target),))
     coin_signature = {"seed_ptr": "*i64", "offset_ptr": "*i64", "coins_ptr": "*fp32", "final_ptr": "*fp32", "bs": "i32", "width": "i32",
                       "BLOCK_R": "constexpr", "W_PAD": "constexpr"}
     for width in (4, 16):
