@@ -9,9 +9,10 @@ usual K and V of every layer are one group. The caches' base addresses go in as 
 from the first cache (a small int64 table, cached per set of caches), so the kernel needs no
 pointer array. Grid: (cache, column tile). A program owns one column tile of one cache for ALL
 moves, so no two programs touch the same bytes; it walks the move list in chunks of ``CHUNK``
-moves: load the chunk's source tiles, barrier, store them, next chunk. Inside a chunk every read
-precedes every write; across chunks a slot's reader precedes its writer by the op's precondition
-(reader index < writer index), so the result is the gather-then-scatter of the reference.
+moves: load the chunk's source tiles, barrier, store them, next chunk, with the next chunk's tiles
+read before this one is stored. Inside a chunk every read precedes every write; across chunks a
+slot's reader precedes its writer by the op's precondition (reader index < writer index), which
+also makes reading ahead safe, so the result is the gather-then-scatter of the reference.
 
 ``assign_draft_slots``: one program per request computes P9's formula for its K*S draft slots
 and its (K-1)*(P-1) prefix-tail copies.
@@ -291,7 +292,7 @@ _MOVE_KV_CODE = error_flag.code("move_kv", "src")
 
 PROVIDERS = {
     "accepted_kv_moves": (accepted_kv_moves, "kernels/kv.py: one lane per (request, rank), bs*(S+1) entries, 1 launch"),
-    "move_kv": (move_kv, "kernels/kv.py: chunked gather/barrier/scatter, 1 launch per (dtype, row, stride) group of caches"),
+    "move_kv": (move_kv, "kernels/kv.py: chunked gather/barrier/scatter with one chunk read ahead, 1 launch per (dtype, row, stride) group of caches"),
     "assign_draft_slots": (assign_draft_slots, "kernels/kv.py: P9 page-aware formula, one program per request, 1 launch"),
 }
 

@@ -143,7 +143,7 @@ def _move_list(kind, num_slots, seed):
         src[skip & (torch.rand(200, generator=generator) < 0.5)] = -1
         dst[skip] = -1
         return src, dst
-    if kind == "sparse_runs":  # runs of -1 longer than a kernel's window of entries between moves
+    if kind == "sparse_runs":  # runs of -1 longer than a kernel chunk between moves
         perm = torch.randperm(num_slots, generator=generator)
         src, dst = torch.full((1300,), -1), torch.full((1300,), -1)
         for first, count in ((3, 40), (700, 60), (1290, 10)):
