@@ -153,6 +153,8 @@ def _move_list(kind, num_slots, seed):
         return src, dst
     if kind == "empty":
         return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)
+    if kind != "prefix_tail":
+        raise ValueError(f"unknown move list {kind!r}; known: {MOVE_LISTS}")
     table = torch.randperm(num_slots, generator=generator)[:6 * 60].view(6, 60)
     slots = reference_assign_draft_slots(table, req_pool_indices=torch.arange(6), seq_lens=torch.tensor([0, 1, 7, 9, 15, 17]),
                                          num_steps=3, topk=3, page_size=8)
