@@ -55,6 +55,13 @@ QUANT_SCALE = tl.constexpr(semantics.QUANT_SCALE)
 # device helpers
 
 
+# From this many lanes (N_PAD) on, the sampling walk loads each scanned child's token and
+# probability instead of picking them from the lanes (H100, 2026-11-26: 0.70-0.87x the time at
+# N 32-64, 0.91-0.94x at N 16 with bs >= 64; at N 4-8 the picks stay, where loading measured
+# 0.97-1.03x and spilled on sm_80 and the AMD targets).
+LOADED_CHILDREN_FROM = tl.constexpr(16)
+
+
 @triton.jit
 def _pick(matrix, index, lanes):
     """matrix[r, index[r]] for a (R, L) register matrix; 0 where index matches no lane."""
@@ -401,28 +408,45 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
         rejected = tl.where(standing[:, None], 0, rejected)
         rejected_q = tl.where(standing[:, None], 0, rejected_q)
         coin = _sanitize_coins(tl.load(coins_ptr + node, mask=descend, other=0.0))
-        # The last node's row at every candidate token: one gathered load per level.
         row_base = request_rows + last.to(tl.int64) * stride_pn
-        row_probs = _sanitize_probs(tl.load(probs_ptr + row_base[:, None] + cand * stride_pv, mask=cand_ok & descend[:, None], other=0.0))
         if HAS_MASK:  # masked candidates count with p = 0 and are never accepted
             mask_base, constrained = mask_row_base(index_ptr, node, descend, num_masks, mask_width, HAS_INDEX)
-            cand_allowed = token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cand, ok, mask_width)
-            row_probs = tl.where(cand_allowed, row_probs, 0.0)
-            cand_allowed = cand_allowed.to(tl.int32)
+        if N_PAD < LOADED_CHILDREN_FROM:  # the last node's row at every candidate token: one gathered load per level
+            row_probs = _sanitize_probs(tl.load(probs_ptr + row_base[:, None] + cand * stride_pv, mask=cand_ok & descend[:, None],
+                                                other=0.0))
+            if HAS_MASK:
+                cand_allowed = token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cand, ok, mask_width)
+                row_probs = tl.where(cand_allowed, row_probs, 0.0)
+                cand_allowed = cand_allowed.to(tl.int32)
         cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
         acc = tl.zeros([BLOCK_R], dtype=tl.float32)
         chosen = tl.full([BLOCK_R], -1, dtype=tl.int32)
         scanned = tl.zeros([BLOCK_R], dtype=tl.int32)
         while tl.max(cur, axis=0) >= 0:  # follow the child list to the first acceptance (at most N nodes)
             scanning = cur >= 0
-            sibling = tl.load(next_sibling_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
-            token = _pick(cand, cur, lanes)
+            child = block_base + cur
+            sibling = tl.load(next_sibling_ptr + child, mask=scanning, other=-1).to(tl.int64)
+            if N_PAD >= LOADED_CHILDREN_FROM:
+                # The child's token and its probability at the last node's row are loaded, not
+                # picked from the lanes: over 16 lanes or more a pick is a reduction across the
+                # program's warps (shared memory and a barrier); the token load hits L1.
+                token = tl.load(cand_ptr + child, mask=scanning, other=-1).to(tl.int64)
+                token_ok = scanning & (token >= 0) & (token < vocab)  # a scanned child's level descends
+                p = _sanitize_probs(tl.load(probs_ptr + row_base + token * stride_pv, mask=token_ok, other=0.0))
+                if HAS_MASK:
+                    allowed = token_allowed(mask_ptr, mask_base, constrained, token, token_ok, mask_width)
+                    p = tl.where(allowed, p, 0.0)
+            else:
+                token = _pick(cand, cur, lanes)
+                p = _pick(row_probs, cur, lanes)
+                if HAS_MASK:
+                    allowed = _pick(cand_allowed, cur, lanes) != 0
             duplicate = tl.sum(tl.where((rejected != 0) & (cand == token[:, None]), 1, 0), axis=1) > 0
-            p = tl.where(duplicate, 0.0, _pick(row_probs, cur, lanes))
+            p = tl.where(duplicate, 0.0, p)
             acc = tl.where(scanning, acc + p, acc)
             hit = scanning & ((coin * threshold_acc < acc) | (p >= threshold_single))
             if HAS_MASK:
-                hit = hit & (_pick(cand_allowed, cur, lanes) != 0)
+                hit = hit & allowed
             chosen = tl.where(hit, cur, chosen)
             refused = (lanes[None, :] == cur[:, None]) & (scanning & (hit == 0))[:, None]
             rejected = tl.where(refused, 1, rejected)

@@ -173,7 +173,7 @@ def test_verify_greedy_mask_blocks_the_target_token(backend):
 
 
 @pytest.mark.spec_hal_op("verify_sampling")
-@pytest.mark.parametrize("steps, nodes", ((3, 4), (5, 8)))
+@pytest.mark.parametrize("steps, nodes", ((3, 4), (5, 8), (5, 16), (6, 32)))  # N >= 16: the walk loads each child (kernels/verify.py)
 @pytest.mark.parametrize("bs", (1, 9))
 @pytest.mark.parametrize("indexed", (False, True))
 def test_verify_sampling_masked(backend, steps, nodes, bs, indexed):
