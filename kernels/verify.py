@@ -56,9 +56,9 @@ QUANT_SCALE = tl.constexpr(semantics.QUANT_SCALE)
 
 
 # From this many lanes (N_PAD) on, the sampling walk loads each scanned child's token and
-# probability instead of picking them from the lanes (H100, 2026-11-26: 0.70-0.87x the time at
-# N 32-64, 0.91-0.94x at N 16 with bs >= 64; at N 4-8 the picks stay, where loading measured
-# 0.97-1.03x and spilled on sm_80 and the AMD targets).
+# probability instead of picking them from the lanes (H100, 2026-11-26: 0.68-0.92x the time at
+# N 32-64, 0.91-0.95x at N 16 with bs >= 64; at N 4-8 the picks stay, where loading measured
+# 0.97-1.03x and spilled on sm_80 and the AMD targets; BENCHMARKS.md, eleventh session).
 LOADED_CHILDREN_FROM = tl.constexpr(16)
 
 
