@@ -175,18 +175,23 @@ def clear_offset_tables() -> None:
     _OFFSET_TABLES.clear()
 
 
-def _offset_table(group: list, device: torch.device) -> torch.Tensor:
-    """(caches,) int64 element offsets of each cache from the first, on ``device``, cached.
+def _offset_table(group: list, device: torch.device) -> tuple[torch.Tensor, int]:
+    """((caches,) int64 element offsets of each cache from the first, on ``device``; the multiple
+    of elements every offset is), cached per set of caches.
 
-    Built once per set of caches, with a pinned non-blocking copy so that even the first call
-    does not synchronise the host (an engine's caches live for the whole run).
+    The multiple is 16 bytes' worth where all caches are 16-byte aligned (torch's allocations
+    are), else 1: the kernel's promise about the offsets it loads (``OFFSET_MULTIPLE``). Built once
+    per set of caches, with a pinned non-blocking copy so that even the first call does not
+    synchronise the host (an engine's caches live for the whole run).
     """
     key = (str(device),) + tuple(cache.data_ptr() for cache in group)
     if key in _OFFSET_TABLES:
         _OFFSET_TABLES.move_to_end(key)
-        return _OFFSET_TABLES[key][0]
+        table, multiple, _ = _OFFSET_TABLES[key]
+        return table, multiple
     size = group[0].element_size()
-    offsets = torch.tensor([(cache.data_ptr() - group[0].data_ptr()) // size for cache in group], dtype=torch.int64)
+    offsets = torch.tensor([(pointer - key[1]) // size for pointer in key[1:]], dtype=torch.int64)
+    multiple = max(1, 16 // size) if all(pointer % 16 == 0 for pointer in key[1:]) else 1
     if device.type == "cpu":
         table, staging = offsets, None
     else:
@@ -194,10 +199,10 @@ def _offset_table(group: list, device: torch.device) -> torch.Tensor:
         # Outside any graph pool: under torch.compile(mode="reduce-overhead") the first call runs
         # in the cudagraph-trees warm-up, whose pool must hold only the graph's outputs.
         table = allocate_persistent(device, lambda: staging.to(device, non_blocking=True))
-    _OFFSET_TABLES[key] = (table, staging)
+    _OFFSET_TABLES[key] = (table, multiple, staging)
     if len(_OFFSET_TABLES) > _MAX_TABLES:
         _OFFSET_TABLES.popitem(last=False)
-    return table
+    return table, multiple
 
 
 def _groups(caches) -> list:
@@ -235,13 +240,6 @@ def move_launch(target: KernelTarget, row_length: int, element_size: int, aligne
     return block, chunk, target.warps(min(512, max(target.warp_size, 64 * block // per_thread)))
 
 
-def _offset_multiple(group: list) -> int:
-    """Elements that every cache's offset from the first is a multiple of: 16 bytes' worth where
-    all caches of the group are 16-byte aligned (torch's allocations are), else 1."""
-    size = group[0].element_size()
-    return max(1, 16 // size) if all(cache.data_ptr() % 16 == 0 for cache in group) else 1
-
-
 def move_kv(caches, src, dst, *, target: KernelTarget):
     """Triton provider of ``move_kv`` (validated by the caller; see spec_hal.kv). One launch per
     group of caches with equal (dtype, row length, slot stride); K and V of all layers of a
@@ -258,10 +256,10 @@ def move_kv(caches, src, dst, *, target: KernelTarget):
         launched = True
         # fp8 rows are moved as bytes: a bit copy needs no fp8 support in the interpreter.
         base = group[0].view(torch.uint8) if dtype.is_floating_point and group[0].element_size() == 1 else group[0]
-        multiple = _offset_multiple(group)
+        offsets, multiple = _offset_table(group, src.device)
         block, chunk, warps = move_launch(target, row_length, group[0].element_size(), aligned=multiple > 1)
         _move_rows_kernel[(len(group), cdiv(row_length, block))](
-            base, _offset_table(group, src.device), slot_stride, num_slots, row_length, src, dst, num_moves,
+            base, offsets, slot_stride, num_slots, row_length, src, dst, num_moves,
             check_slots, flag, _MOVE_KV_CODE, CHUNK=chunk, BLOCK=block, OFFSET_MULTIPLE=multiple, num_warps=warps,
         )
     return None
@@ -313,15 +311,16 @@ def compile_specs(target: KernelTarget):
                       {"BLOCK": 256}, 4))
         for data_type, size in _TYPES.items():
             for row_length in (3, 1024):
-                generic, aligned = move_launch(target, row_length, size, aligned=False), move_launch(target, row_length, size)
+                generic_block, generic_chunk, generic_warps = move_launch(target, row_length, size, aligned=False)
+                block, chunk, warps = move_launch(target, row_length, size)
                 signature = {"base_ptr": f"*{data_type}", "cache_offsets_ptr": "*i64", "slot_stride": "i64", "num_slots": "i64",
                              "row_length": "i64", "src_ptr": f"*{index_type}", "dst_ptr": f"*{index_type}", "num_moves": "i64",
                              "check_slots": "i64", "flag_ptr": "*i64", "flag_code": "i64", "CHUNK": "constexpr", "BLOCK": "constexpr",
                              "OFFSET_MULTIPLE": "constexpr"}
                 # Generic (misaligned caches) and as the JIT specialises aligned caches of a pool.
-                specs.append((_move_rows_kernel, signature, {"CHUNK": generic[1], "BLOCK": generic[0], "OFFSET_MULTIPLE": 1}, generic[2]))
+                specs.append((_move_rows_kernel, signature, {"CHUNK": generic_chunk, "BLOCK": generic_block, "OFFSET_MULTIPLE": 1}, generic_warps))
                 specs.append(runtime_specialized(
-                    target, _move_rows_kernel, signature, {"CHUNK": aligned[1], "BLOCK": aligned[0], "OFFSET_MULTIPLE": max(1, 16 // size)}, aligned[2],
+                    target, _move_rows_kernel, signature, {"CHUNK": chunk, "BLOCK": block, "OFFSET_MULTIPLE": max(1, 16 // size)}, warps,
                     values=dict(slot_stride=row_length, num_slots=65536, row_length=row_length, num_moves=1280, check_slots=65536,
                                 flag_code=_MOVE_KV_CODE)))
         for steps, topk, page in ((3, 1, 1), (5, 4, 16)):
