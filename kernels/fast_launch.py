@@ -14,7 +14,9 @@ builds launch metadata for the (empty) launch hooks. :func:`install` replaces a 
    launch_metadata, enter_hook, exit_hook, *arguments)``, with the stream of the current device
    from Triton's driver (``torch.cuda.current_stream``'s handle, so CUDA graph capture records it);
    launch metadata and hooks are passed as None while Triton's launch-hook chains are empty (the
-   launcher calls an empty chain for nothing).
+   launcher calls an empty chain for nothing). On NVIDIA, where ``kernel.run`` is a CudaLauncher
+   whose ``__call__`` was read in source (``_DIRECT_CHECKED``) and the kernel has no scratch
+   memory, the launcher's C ``launch`` is called with the arguments that ``__call__`` would pass.
 
 The key must separate every pair of calls that Triton would compile differently, or a call would
 run code specialised for other arguments. Per argument Triton 3.6 to 3.9 (``native_specialize_impl``)
@@ -40,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import types
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -59,8 +62,81 @@ _CHECKED = {
 }
 
 # Key of an int argument: 1 (Triton makes it a constexpr), else its type (i32, i64, u64) and
-# whether it is a multiple of 16; seven distinct small ints.
+# whether it is a multiple of 16; seven distinct small ints (the generated key computes the i32
+# ones inline: keep them 1, 0 and 16).
 _ONE, _I32, _I32_D, _I64, _I64_D, _U64, _U64_D = 1, 0, 16, 2, 32, 3, 48
+
+
+class _Unaligned(dict):
+    """dtype -> the key of a tensor of that dtype whose address is not 16-byte aligned (an aligned
+    tensor's key is its dtype: no tuple built per argument)."""
+
+    def __missing__(self, dtype):
+        key = self[dtype] = ("unaligned", dtype)
+        return key
+
+
+_UNALIGNED = _Unaligned()
+
+
+# NVIDIA launcher bodies read in source (sha256 of ``CudaLauncher.__call__``), per Triton version:
+# where one matches, a kernel without scratch memory is launched by calling the launcher's C
+# ``launch`` with exactly the arguments that ``__call__`` passes it (scratch pointers None, as its
+# ``allocate_scratch`` returns for size 0), a Python frame and two closures fewer per launch. The
+# argument order differs between the versions: see _DIRECT_CALLS.
+_DIRECT_CHECKED = {
+    "3.6.0": "9412a64d532d5b5ce67ef236d2f377fe728f58c346b5ef399c4836793b79f436",
+    "3.9.0": "7858736667eaebc162739e5004f19c43cdd1ffea8e30b86811abc6183a338e7e",
+}
+# The direct call of an entry (launch, function, packed metadata, compiled, True, cooperative,
+# pdl, arg annotations, kernel signature), written with {grid}, {args} (the kernel's arguments) and
+# {args_tuple} (the same as a tuple).
+_DIRECT_CALLS = {
+    "3.6.0": "_fl_entry[0]({grid}, _fl_stream(_fl_dev), _fl_entry[1], _fl_entry[5], _fl_entry[6], None, None, _fl_entry[2], None, None, None, {args})",
+    "3.9.0": ("_fl_entry[0]({grid}, _fl_stream(_fl_dev), _fl_entry[1], _fl_entry[5], _fl_entry[6], _fl_entry[2], None, None, None, None, None, "
+              "_fl_entry[7], _fl_entry[8], {args_tuple})"),
+}
+
+
+def direct_launch_version() -> Optional[str]:
+    """The Triton version whose direct NVIDIA launch form applies here, or None (another version,
+    no NVIDIA backend, or a launcher body that differs from the one read)."""
+    try:
+        import triton
+        from triton.backends.nvidia.driver import CudaLauncher
+    except ImportError:
+        return None
+    version = triton.__version__.split("+")[0]
+    try:
+        source = inspect.getsource(CudaLauncher.__call__)
+    except (OSError, TypeError):
+        return None
+    return version if _DIRECT_CHECKED.get(version) == hashlib.sha256(source.encode()).hexdigest() else None
+
+
+def direct_entry(compiled) -> Optional[tuple]:
+    """The cache entry that launches ``compiled`` directly, or None where its launcher is not
+    a plain CudaLauncher of a checked version without scratch memory (gsan off, no tensor
+    descriptors: ``launch`` is the C function itself)."""
+    if _direct_version() is None:
+        return None
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    launcher = compiled.run
+    if (type(launcher) is not CudaLauncher or launcher.global_scratch_size or launcher.profile_scratch_size
+            or getattr(launcher, "gsan_enabled", False) or isinstance(launcher.launch, types.FunctionType)):
+        return None
+    return (launcher.launch, compiled.function, compiled.packed_metadata, compiled, True, launcher.launch_cooperative_grid,
+            launcher.launch_pdl, getattr(launcher, "arg_annotations", None), getattr(launcher, "kernel_signature", None))
+
+
+_direct: list = []
+
+
+def _direct_version() -> Optional[str]:
+    if not _direct:
+        _direct.append(direct_launch_version())
+    return _direct[0]
 
 
 class Unsupported(Exception):
@@ -187,6 +263,8 @@ class FastRun:
         self.knob_options = knob_options
         self.states: dict = {}
         self.misses = self.fallbacks = 0  # counted for tests and the GPU check
+        self.global_refs: tuple = ()  # (scope, name, object) of each global at the last full check
+        self.global_count = -1  # len(used_global_vals) then; -1: no snapshot (the full check runs)
         self.key: Callable = None  # the key of a call, as ``run`` computes it (for tests); set below
         self.run = _generate(self)
 
@@ -206,7 +284,7 @@ class FastRun:
         self.misses += 1
         compiled = self.slow(*args, grid=grid, warmup=False, **options)
         if compiled is not None and not hasattr(compiled, "result") and getattr(compiled, "function", None) is not None:
-            state.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, compiled)
+            state.cache[key] = direct_entry(compiled) or (compiled.run, compiled.function, compiled.packed_metadata, compiled, False)
         return compiled
 
     def fallback(self, args: tuple, grid, warmup, options: dict):
@@ -239,11 +317,53 @@ class FastRun:
                                f"(Triton key {key[:300]!r}); set {ENV_VAR}=0 and report this")
 
     def globals_changed(self) -> bool:
-        missing = object()
-        return any(scope.get(name, missing) != value for (name, _), (value, scope) in self.kernel.used_global_vals.items())
+        """Whether a global the kernel read when compiled now has another value (Triton's own
+        check, with ``!=``: a Triton ``constexpr`` compares in Python code, microseconds a call)."""
+        return any(scope.get(name, _MISSING) != value for (name, _), (value, scope) in self.kernel.used_global_vals.items())
+
+    def globals_same(self) -> bool:
+        """``not globals_changed()``, by identity on the fast path: the objects found in the
+        kernel's scopes at the last full check are still there, each immutable (so equal to what
+        Triton recorded then). Anything else (a new object, a mutable value, globals Triton added
+        since) takes the full check, which renews the snapshot."""
+        if len(self.kernel.used_global_vals) == self.global_count:
+            for scope, name, seen, inner in self.global_refs:
+                found = scope.get(name, _MISSING)
+                if found is not seen or (inner is not seen and found.value is not inner):  # a constexpr's value too
+                    break
+            else:
+                return True
+        if self.globals_changed():
+            return False
+        used = self.kernel.used_global_vals
+        refs = []
+        for (name, _), (_, scope) in used.items():
+            value = scope.get(name, _MISSING)
+            inner = value.value if isinstance(value, _constexpr()) else value
+            if not _immutable(inner):
+                self.global_refs, self.global_count = (), -1
+                return True
+            refs.append((scope, name, value, inner))
+        self.global_refs, self.global_count = tuple(refs), len(used)
+        return True
 
 
 _RESERVED = ("grid", "warmup", "options")
+_MISSING = object()
+_IMMUTABLE = (int, float, bool, str, bytes, complex, type(None))
+
+
+def _immutable(value) -> bool:
+    """A value whose identity fixes its value: a scalar, or a tuple of them."""
+    if isinstance(value, tuple):
+        return all(_immutable(item) for item in value)
+    return value.__class__ in _IMMUTABLE
+
+
+def _constexpr():
+    from triton.language import constexpr
+
+    return constexpr
 
 
 def _generate(fast: FastRun) -> Callable:
@@ -267,14 +387,24 @@ def _generate(fast: FastRun) -> Callable:
         if param.is_constexpr:
             keyed.append(name)
         else:
-            keyed.append(f"(({name}.dtype, not {name}.data_ptr() & 15) if {name}.__class__ is _fl_Tensor and _fl_native "
-                         f"else _fl_int_key({name}) if {name}.__class__ is int else _fl_arg_key({name}, _fl_tensor_spec))")
+            # Inline for the common kinds (a call costs what the rest of the key does): an aligned
+            # tensor is its dtype, a misaligned one _fl_unaligned[dtype]; an int32 is int_key's
+            # value computed here. Other values go through arg_key.
+            keyed.append(f"(({name}.dtype if not {name}.data_ptr() & 15 else _fl_unaligned[{name}.dtype]) "
+                         f"if {name}.__class__ is _fl_Tensor and _fl_native "
+                         f"else ((1 if {name} == 1 else 0 if {name} & 15 else 16) if -2147483648 <= {name} <= 2147483647 "
+                         f"else _fl_int_key({name})) if {name}.__class__ is int "
+                         f"else _fl_arg_key({name}, _fl_tensor_spec))")
     knob_values = ", ".join(f"_fl_knobs.{group}.{name}" for group, name in fast.knob_options)
     args = f"({', '.join(names)},)" if names else "()"
     default_options = ", ".join(f"{name}={name}" for name in fast.defaults)
     all_options = f"{default_options}, **options" if default_options else "**options"
     option_key = f"({', '.join(fast.defaults)},)" if fast.defaults else "()"
     key_expr = f"(_fl_kernel.debug, {knob_values}, {option_key}, tuple(options.items()), {', '.join(keyed)},)"
+    grid_args = "grid[0], grid[1] if _fl_size > 1 else 1, grid[2] if _fl_size > 2 else 1"
+    direct_form = _DIRECT_CALLS.get(_direct_version() or "")
+    direct_call = (direct_form.format(grid=grid_args, args=", ".join(names), args_tuple=args) if direct_form
+                   else "raise AssertionError('no direct form')")  # never reached: entries are direct only with a form
     # Launch hooks idle: the HookChains Triton installs, still in place and empty (else Triton's path).
     hooks_idle = ("_fl_runtime.launch_enter_hook is _fl_enter and not _fl_enter.calls and _fl_runtime.launch_exit_hook is _fl_exit "
                   "and not _fl_exit.calls and _fl_runtime.add_stages_inspection_hook is None")
@@ -298,25 +428,34 @@ def run({", ".join(parameters + ["grid", "warmup", "**options"])}):
         return _fl_fast.fallback({args}, grid, warmup, dict({all_options}))
     if _fl_entry is None:
         return _fl_fast.miss(_fl_state, _fl_key, {args}, grid, dict({all_options}))
-    if _fl_kernel.used_global_vals and _fl_fast.globals_changed():
+    if _fl_kernel.used_global_vals and not _fl_fast.globals_same():
         return _fl_fast.fallback({args}, grid, warmup, dict({all_options}))
     if _fl_settings.mode == "check":
         _fl_fast.check(_fl_dev, _fl_entry, {args}, dict({all_options}))
     _fl_size = len(grid)
-    _fl_entry[0](grid[0], grid[1] if _fl_size > 1 else 1, grid[2] if _fl_size > 2 else 1, _fl_stream(_fl_dev), _fl_entry[1], _fl_entry[2], None, None, None, {', '.join(names)})
+    if _fl_entry[4]:
+        {direct_call}
+    else:
+        _fl_entry[0]({grid_args}, _fl_stream(_fl_dev), _fl_entry[1], _fl_entry[2], None, None, None, {', '.join(names)})
     return _fl_entry[3]
 """
     namespace = {f"_fl_default_{p.name}": p.default for p in params if p.default is not inspect.Parameter.empty}
     namespace.update({f"_fl_option_{name}": value for name, value in fast.defaults.items()})
     namespace.update(_fl_settings=_settings, _fl_kernel=kernel, _fl_fast=fast, _fl_states=fast.states, _fl_knobs=knobs,
-                     _fl_runtime=knobs.runtime, _fl_enter=knobs.runtime.launch_enter_hook, _fl_exit=knobs.runtime.launch_exit_hook, _fl_Tensor=torch.Tensor, _fl_arg_key=arg_key, _fl_int_key=int_key,
+                     _fl_runtime=knobs.runtime, _fl_enter=knobs.runtime.launch_enter_hook, _fl_exit=knobs.runtime.launch_exit_hook, _fl_Tensor=torch.Tensor, _fl_arg_key=arg_key, _fl_int_key=int_key, _fl_unaligned=_UNALIGNED,
                      _fl_Unsupported=Unsupported)
 
     # The driver is resolved on the first launch, not here: installing must not touch the device.
     def first_device():
         active = driver.active
-        namespace["_fl_device"], namespace["_fl_stream"] = active.get_current_device, active.get_current_stream
-        return active.get_current_device()
+        device = active.get_current_device()  # initialises CUDA where needed
+        get_device = active.get_current_device
+        if get_device is torch.cuda.current_device and torch.cuda.is_initialized():
+            # What current_device returns once CUDA is initialised, without its lazy-init checks
+            # (2 of its 2.3 µs a call on the H100 machine's host under cProfile).
+            get_device = torch._C._cuda_getDevice
+        namespace["_fl_device"], namespace["_fl_stream"] = get_device, active.get_current_stream
+        return device
 
     namespace["_fl_device"] = first_device
     exec(source, namespace)  # noqa: S102 (generated from the kernel's own parameter names)

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from spec_hal import error_flag
-from spec_hal.device_buffers import allocate_persistent
+from spec_hal.device_buffers import allocate_persistent, carve
 from spec_hal.kv import DraftSlots, record_move_values
 
 from .error_flag import ARGUMENT_STEP, record_invalid
@@ -153,8 +153,7 @@ def accepted_kv_moves(verdict, slots, *, out=None, target: KernelTarget):
     """Triton provider of ``accepted_kv_moves`` (validated by the caller; see spec_hal.kv)."""
     rows, width = verdict.accept_index.shape
     if out is None:
-        out = (torch.empty((rows * width,), dtype=slots.dtype, device=slots.device),
-               torch.empty((rows * width,), dtype=slots.dtype, device=slots.device))
+        out = carve((rows * width, rows * width), slots.dtype, slots.device)
     if rows == 0:
         return out[0], out[1]
     block = 256
@@ -271,14 +270,13 @@ def assign_draft_slots(req_to_token, *, req_pool_indices, seq_lens, num_steps, t
     holes = (topk - 1) * (page_size - 1)
     device, dtype = req_to_token.device, req_to_token.dtype
     if out is None:
-        out = (torch.empty((rows * topk * num_steps,), dtype=dtype, device=device),
-               torch.empty((rows * holes,), dtype=dtype, device=device), torch.empty((rows * holes,), dtype=dtype, device=device))
+        out = carve((rows * topk * num_steps, rows * holes, rows * holes), dtype, device)
     if rows == 0:
         return DraftSlots(*out)
     _draft_slots_kernel[(rows,)](
         req_to_token, req_to_token.stride(0), req_to_token.stride(1), req_to_token.shape[1],
         req_pool_indices, req_pool_indices.stride(0), seq_lens, seq_lens.stride(0), out[0], out[1], out[2],
-        req_to_token.shape[0], error_flag.flag(device), error_flag.code("assign_draft_slots", "req_pool_indices"), STEPS=num_steps, TOPK=topk, PAGE=page_size, SLOTS_PAD=_padded(topk * num_steps), HOLES_PAD=_padded(holes),
+        req_to_token.shape[0], error_flag.flag(device), _DRAFT_SLOTS_CODE, STEPS=num_steps, TOPK=topk, PAGE=page_size, SLOTS_PAD=_padded(topk * num_steps), HOLES_PAD=_padded(holes),
         num_warps=1 if target.vendor == "interpreter" else 4,
     )
     return DraftSlots(*out)
@@ -287,6 +285,7 @@ def assign_draft_slots(req_to_token, *, req_pool_indices, seq_lens, num_steps, t
 # The ops' first error-flag codes (the second argument is + ARGUMENT_STEP).
 _ACCEPTED_MOVES_CODE = error_flag.code("accepted_kv_moves", "verdict.accept_lens")
 _MOVE_KV_CODE = error_flag.code("move_kv", "src")
+_DRAFT_SLOTS_CODE = error_flag.code("assign_draft_slots", "req_pool_indices")
 
 PROVIDERS = {
     "accepted_kv_moves": (accepted_kv_moves, "kernels/kv.py: one lane per (request, rank), bs*(S+1) entries, 1 launch"),

@@ -183,19 +183,23 @@ def build_tree(
     target: KernelTarget,
 ) -> DraftTree:
     """Triton provider of ``build_tree`` (arguments validated by the caller; see spec_hal.tree)."""
-    parents, selected = parents.long(), selected.long()  # int32 accepted (docs/conventions.md); no copy for int64
+    # int32 accepted (docs/conventions.md). Tested first: even a no-op .long() costs a microsecond.
+    parents = parents if parents.dtype == torch.int64 else parents.long()
+    selected = selected if selected.dtype == torch.int64 else selected.long()
     bs, drafts = selected.shape
     num_nodes = drafts + 1
     num_steps = tree_num_steps(parents.shape[1], topk)
     device = selected.device
-    # Planes: tokens, positions, then the links (index, next token, next sibling, parent, depth).
-    outputs = torch.empty((7, bs * num_nodes), dtype=torch.int64, device=device)
-    tokens, positions, links = outputs[0], outputs[1], outputs[2:].view(5, bs, num_nodes)
+    # Planes: tokens, positions, then the links (index, next token, next sibling, parent, depth),
+    # one allocation and one unbind (a Python index per plane costs more than the launch's share).
+    outputs = torch.empty((7, bs, num_nodes), dtype=torch.int64, device=device)
+    tokens, positions, index, next_token, next_sibling, parent_links, depth = outputs.unbind(0)
     mask = _mask_buffer(mask_mode, bs, num_nodes, seq_lens, seq_lens_sum)
-    tree = DraftTree(tokens, positions, links[0], links[1], links[2], mask, mask_mode, num_steps, parents=links[3], depth=links[4])
+    tree = DraftTree(tokens.view(-1), positions.view(-1), index, next_token, next_sibling, mask, mask_mode, num_steps,
+                     parents=parent_links, depth=depth)
     if bs == 0:
         return tree
-    block_starts = full_mask_block_starts(seq_lens, num_nodes) if mask_mode == "full" else positions
+    block_starts = full_mask_block_starts(seq_lens, num_nodes) if mask_mode == "full" else tree.positions
     config = launch_config(target, num_nodes)
     # The kernel takes row strides only: rows of the 2-D inputs must be dense (small copies if not).
     parents, selected, draft_tokens = (_dense_rows(t) for t in (parents, selected, draft_tokens))

@@ -776,6 +776,15 @@ def _verdict_buffers(bs: int, nodes: int, width: int, device, out: Optional[Verd
     return out if out is not None else semantics.verdict_buffers(bs, nodes, width, device)
 
 
+def _verdict_and_scratch(bs: int, nodes: int, width: int, device, out: Optional[Verdict], scratch: tuple) -> tuple[Verdict, Optional[list]]:
+    """(a fresh Verdict and int32 scratch tensors of ``scratch`` elements each, from one
+    allocation: host time, spec_hal.device_buffers), or (``out``, None): the launch then
+    allocates its scratch itself."""
+    if out is None:
+        return semantics.verdict_with_scratch(bs, nodes, width, device, scratch)
+    return out, None
+
+
 class MaskArgs:
     """A launch's mask arguments: ``args`` = (mask, index, num_masks, width) pointers/ints and
     ``flags`` = the two constexpr flags (HAS_MASK, HAS_INDEX). Without a mask the pointers are
@@ -801,37 +810,59 @@ class MaskArgs:
 _MASK_FLAGS = {(mask, index): {"HAS_MASK": mask, "HAS_INDEX": index} for mask in (False, True) for index in (False, True)}
 
 
-def _argmax_tiles(logits: torch.Tensor, target: KernelTarget, masks: Optional[MaskArgs] = None):
-    """Launch the tile argmax over (rows, V) logits; returns (tile_max, tile_id, num_tiles)."""
+def argmax_tiles_per_row(target_predict: torch.Tensor, target: KernelTarget) -> int:
+    """Tiles of the tile argmax per row of (..., V) target logits; 0 for token ids."""
+    if not target_predict.dtype.is_floating_point:
+        return 0
+    vocab = target_predict.shape[-1]
+    return cdiv(vocab, argmax_launch(target, target_predict.numel() // max(vocab, 1), vocab).block)
+
+
+def _argmax_tiles(logits: torch.Tensor, target: KernelTarget, masks: Optional[MaskArgs] = None, scratch: Optional[list] = None):
+    """Launch the tile argmax over (rows, V) logits; returns (tile_max, tile_id, num_tiles).
+    ``scratch``: two int32 tensors of rows * argmax_tiles_per_row elements to hold them (fresh
+    buffers if None)."""
     rows, vocab = logits.shape
     config = argmax_launch(target, rows, vocab)
     num_tiles = cdiv(vocab, config.block)
-    tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=logits.device)
-    tile_id = torch.empty((rows, num_tiles), dtype=torch.int32, device=logits.device)
+    if scratch is None:
+        tile_max = torch.empty((rows, num_tiles), dtype=torch.float32, device=logits.device)
+        tile_id = torch.empty((rows, num_tiles), dtype=torch.int32, device=logits.device)
+    else:
+        tile_max, tile_id = scratch[0].view(torch.float32), scratch[1]
     masks = masks or MaskArgs.of(None, None, tile_max)
     _argmax_tile_kernel[(rows, num_tiles)](logits, logits.stride(0), logits.stride(1), vocab, tile_max, tile_id, num_tiles, *masks.args,
                                            BLOCK=config.block, **masks.flags, num_warps=config.warps)
     return tile_max, tile_id, num_tiles
 
 
-def _target_source(target_predict: torch.Tensor, target: KernelTarget, masks: Optional[MaskArgs] = None):
-    """(ids or placeholder, tile_max, tile_id, num_tiles, from_logits) for the walk kernels."""
+def _target_source(target_predict: torch.Tensor, target: KernelTarget, masks: Optional[MaskArgs] = None, scratch: Optional[list] = None):
+    """(ids or placeholder, tile_max, tile_id, num_tiles, from_logits) for the walk kernels
+    (``scratch``: as _argmax_tiles')."""
     if target_predict.dtype.is_floating_point:
         if target_predict.dim() == 3:  # (bs, N, V) logits: the (bs*N, V) rows (a view when possible)
             target_predict = target_predict.flatten(0, 1)
-        tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target, masks)
+        tile_max, tile_id, num_tiles = _argmax_tiles(target_predict, target, masks, scratch)
         return tile_max, tile_max, tile_id, num_tiles, True
     # The walks index token ids with unit stride; (bs*N,) ids (the usual call) need no reshape.
     ids = (target_predict if target_predict.dim() == 1 else target_predict.reshape(-1)).contiguous()
     return ids, ids, ids, 1, False
 
 
-def _final_token_scratch(bs: int, config: SamplingLaunch, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(block sums (bs, 2 * sums_width) int64, arrival counters (bs,) int32 zeroed; the sums
-    buffer stands in when there is no split)."""
-    sums = torch.empty((bs, 2 * config.sums_width), dtype=torch.int64, device=device)
-    counters = torch.zeros(bs, dtype=torch.int32, device=device) if config.chunks > 1 else sums
-    return sums, counters
+def final_token_scratch_sizes(bs: int, config: SamplingLaunch) -> tuple[int, int]:
+    """int32 elements of the final-token scratch: block sums (bs, 2 * sums_width) int64, and arrival
+    counters (bs,) when the vocabulary is split."""
+    return bs * 4 * config.sums_width, bs if config.chunks > 1 else 0
+
+
+def _final_token_scratch(bs: int, config: SamplingLaunch, device, parts: Optional[list]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(block sums int64, arrival counters int32 zeroed; the sums buffer stands in when there is no
+    split): over the two int32 ``parts`` of final_token_scratch_sizes, or fresh buffers if None."""
+    if parts is None:
+        sums = torch.empty(bs * 2 * config.sums_width, dtype=torch.int64, device=device)
+        return sums, torch.zeros(bs, dtype=torch.int32, device=device) if config.chunks > 1 else sums
+    sums = parts[0].view(torch.int64)
+    return sums, parts[1].zero_() if config.chunks > 1 else sums
 
 
 def _probs_strides(probs: torch.Tensor, rows: int) -> tuple[int, int, int]:
@@ -858,11 +889,13 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
     """Triton provider of ``verify_greedy`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, nodes = candidates.shape
     width = tree.num_steps + 1
-    out = _verdict_buffers(bs, nodes, width, candidates.device, out)
+    tiles = argmax_tiles_per_row(target_predict, target) * bs * nodes  # 0 for ids: no scratch
+    out, scratch = _verdict_and_scratch(bs, nodes, width, candidates.device, out, (tiles, tiles) if tiles else ())
+    scratch = scratch or None
     if bs == 0:
         return out
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
-    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
+    ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks, scratch)
     config = walk_launch(target, bs, nodes)
     _greedy_walk_kernel[(cdiv(bs, config.requests),)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), ids, tile_max, tile_id, num_tiles,
@@ -883,13 +916,13 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
     ``verify_chain_sampling`` call; invalid ids are recorded as that op's ``draft_ids``."""
     bs, nodes = candidates.shape
     width = tree.num_steps + 1
-    out = _verdict_buffers(bs, nodes, width, candidates.device, out)
+    vocab = target_probs.shape[-1]
+    config = sampling_launch(target, bs, nodes, vocab)
+    out, scratch = _verdict_and_scratch(bs, nodes, width, candidates.device, out, final_token_scratch_sizes(bs, config))
     if bs == 0:
         return out
-    vocab = target_probs.shape[-1]
     stride_b, stride_n, stride_v = _probs_strides(target_probs, nodes)
-    config = sampling_launch(target, bs, nodes, vocab)
-    sums, counters = _final_token_scratch(bs, config, candidates.device)
+    sums, counters = _final_token_scratch(bs, config, candidates.device, scratch)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _sampling_walk_kernel[(cdiv(bs, config.requests), config.chunks)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
@@ -930,23 +963,27 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
                           out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_sampling`` (arguments validated by the caller; see spec_hal.verify)."""
     bs, steps = draft_ids.shape
-    out = _verdict_buffers(bs, steps + 1, steps + 1, draft_ids.device, out)
+    config = sampling_launch(target, bs, steps + 1, target_probs.shape[-1])
+    out, scratch = _verdict_and_scratch(bs, steps + 1, steps + 1, draft_ids.device, out, final_token_scratch_sizes(bs, config))
     if bs == 0:
         return out
     launch_chain_sampling(draft_ids.contiguous(), draft_probs, target_probs, coins.contiguous(), final_coins, steps=steps,
-                          token_bitmask=token_bitmask, bitmask_index=bitmask_index, out=out, target=target, passed_counts=passed_counts)
+                          token_bitmask=token_bitmask, bitmask_index=bitmask_index, out=out, target=target, passed_counts=passed_counts,
+                          scratch=scratch)
     return out
 
 
 def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor, coins: torch.Tensor,
                           final_coins: torch.Tensor, *, steps: int, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor],
                           out: Verdict, target: KernelTarget, ragged: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-                          passed_counts: Optional[torch.Tensor] = None, bonus_tokens: Optional[torch.Tensor] = None) -> None:
+                          passed_counts: Optional[torch.Tensor] = None, bonus_tokens: Optional[torch.Tensor] = None,
+                          scratch: Optional[list] = None) -> None:
     """Launch ``_chain_sampling_kernel`` into ``out`` (bs >= 1). Padded: draft_ids and coins (bs, S)
     contiguous, probabilities (bs, S(+1), V) or flat. ``ragged``: (counts, starts) (bs,) int64 of
     ``spec_hal.ragged.chain_layout``; draft_ids, coins (T,) and draft_probs (T, V) the flat tensors
     (stand-ins of the same dtype when T = 0: never read), target_probs (T + bs, V): nothing is
-    gathered. ``bonus_tokens`` (bs,) with ``ragged``: the draft-aligned layout, target_probs (T, V)."""
+    gathered. ``bonus_tokens`` (bs,) with ``ragged``: the draft-aligned layout, target_probs (T, V).
+    ``scratch``: int32 tensors of final_token_scratch_sizes (fresh buffers if None)."""
     bs = final_coins.shape[0]
     nodes = steps + 1
     vocab = target_probs.shape[-1]
@@ -963,7 +1000,7 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         total_rows = target_probs.shape[0]  # T + bs, or T draft-aligned
         num_drafts = total_rows - bs if bonus_tokens is None else total_rows
     config = sampling_launch(target, bs, nodes, vocab)
-    sums, counters = _final_token_scratch(bs, config, final_coins.device)
+    sums, counters = _final_token_scratch(bs, config, final_coins.device, scratch)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _chain_sampling_kernel[(cdiv(bs, config.requests), config.chunks)](
         draft_ids, draft_probs if has_draft_probs else target_probs, *q_strides, target_probs, *p_strides,

@@ -53,6 +53,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
+from .device_buffers import separate_parts
 from .registry import OpSpec, all_ops
 
 LIBRARY = "spec_hal"
@@ -451,7 +452,8 @@ class CustomOp:
         from .ops import _first_tensor_device, bound_for_device
 
         args, kwargs, _ = self.unflatten(flat)
-        result = bound_for_device(self.name, _first_tensor_device(args, kwargs))(*args, **kwargs)
+        with separate_parts():  # outputs of their own: no copies in _fresh_outputs
+            result = bound_for_device(self.name, _first_tensor_device(args, kwargs))(*args, **kwargs)
         if self.result.kind in ("none", "mutated"):
             return None
         return _fresh_outputs(self.result.to_tensors(result, _first_tensor(flat)), flat, self.result.kind == "tensor")
@@ -462,7 +464,8 @@ class CustomOp:
         args, kwargs, index = self.unflatten(flat)
         buffers = list(flat[index:])
         if self.out_field is not None:
-            result = bound_for_device(self.name, _first_tensor_device(args, kwargs))(*args, out=self.out_codec.cls(*buffers), **kwargs)
+            with separate_parts():
+                result = bound_for_device(self.name, _first_tensor_device(args, kwargs))(*args, out=self.out_codec.cls(*buffers), **kwargs)
             tensors = self.result.to_tensors(result, _first_tensor(flat))
             return _fresh_outputs([tensors[slot] for slot in self.rest_slots], flat, False)
         if self.result.kind == "tensor":

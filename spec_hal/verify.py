@@ -56,11 +56,12 @@ same fallback applies (unmodified target row, then id 0).
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import torch
 
 from . import checks
+from .device_buffers import int32_parts
 from .error_flag import record as record_invalid
 from .masks import allowed_matrix, check_bitmask, token_allowed
 from .registry import register_op
@@ -195,6 +196,20 @@ def _float32_like(value, shape, device) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.shape == shape and value.device == device
 
 
+def _verdict_out_ok(out, bs: int, nodes: int, width: int, device) -> bool:
+    """``_check_verdict_out``'s accepted case (None, or a Verdict of contiguous int32 buffers of the
+    right shapes on ``device``) in a few comparisons: an engine's preallocated out= call."""
+    if out is None:
+        return True
+    if type(out) is not Verdict:
+        return False
+    for buffer, shape in ((out.predict, (bs * nodes,)), (out.accept_index, (bs, width)), (out.num_correct, (bs,)), (out.accept_lens, (bs,))):
+        if not (isinstance(buffer, torch.Tensor) and buffer.dtype == torch.int32 and buffer.shape == shape and buffer.device == device
+                and buffer.is_contiguous()):
+            return False
+    return True
+
+
 def _threshold_ok(value) -> bool:
     return type(value) is float and 0.0 <= value <= 1.0  # else _check_threshold decides (ints, NaN, errors)
 
@@ -204,9 +219,10 @@ _FLOAT_DTYPES = frozenset(checks.FLOAT_DTYPES)
 
 
 def check_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> None:
-    if token_bitmask is None and bitmask_index is None and out is None and not checks.value_checks_enabled():  # the common call
+    if token_bitmask is None and bitmask_index is None and not checks.value_checks_enabled():  # the common call
         found = _tree_ok(tree)
-        if found is not None and _index_like(candidates, found[0], found[1]) and _target_predict_ok(target_predict, *found):
+        if (found is not None and _index_like(candidates, found[0], found[1]) and _target_predict_ok(target_predict, *found)
+                and _verdict_out_ok(out, *found[0], tree.num_steps + 1, found[1])):
             return
     bs, nodes, device = _check_tree(tree)
     checks.tensor("candidates", candidates, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, nodes))
@@ -219,13 +235,14 @@ def check_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None,
 
 def check_verify_sampling(tree, candidates, target_probs, coins, final_coins, *, threshold_single=1.0, threshold_acc=1.0,
                           token_bitmask=None, bitmask_index=None, out=None) -> None:
-    if token_bitmask is None and bitmask_index is None and out is None and not checks.value_checks_enabled():  # the common call
+    if token_bitmask is None and bitmask_index is None and not checks.value_checks_enabled():  # the common call
         found = _tree_ok(tree)
         if found is not None:
             shape, device = found
             if (_index_like(candidates, shape, device) and _probs_ok(target_probs, shape[0], shape[1], device) is not None
                     and _float32_like(coins, shape, device) and _float32_like(final_coins, shape[:1], device)
-                    and _threshold_ok(threshold_single) and _threshold_ok(threshold_acc)):
+                    and _threshold_ok(threshold_single) and _threshold_ok(threshold_acc)
+                    and _verdict_out_ok(out, *shape, tree.num_steps + 1, device)):
                 return
     bs, nodes, device = _check_tree(tree)
     checks.tensor("candidates", candidates, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, nodes))
@@ -258,13 +275,14 @@ def check_verify_chain(candidates, target_predict, *, token_bitmask=None, bitmas
 
 def check_verify_chain_sampling(draft_ids, draft_probs, target_probs, coins, final_coins, *, token_bitmask=None, bitmask_index=None,
                                 passed_counts=None, out=None) -> None:
-    if (token_bitmask is None and bitmask_index is None and out is None and passed_counts is None and not checks.value_checks_enabled()
+    if (token_bitmask is None and bitmask_index is None and passed_counts is None and not checks.value_checks_enabled()
             and isinstance(draft_ids, torch.Tensor) and draft_ids.dim() == 2 and not draft_ids.is_meta
             and draft_ids.dtype in _INDEX_DTYPES):  # the common call: checked in a few comparisons (checked mode: below)
         shape, device = draft_ids.shape, draft_ids.device
         vocab = _probs_ok(target_probs, shape[0], shape[1] + 1, device)
         if (vocab is not None and (draft_probs is None or _probs_ok(draft_probs, shape[0], shape[1], device) == vocab)
-                and _float32_like(coins, shape, device) and _float32_like(final_coins, shape[:1], device)):
+                and _float32_like(coins, shape, device) and _float32_like(final_coins, shape[:1], device)
+                and _verdict_out_ok(out, shape[0], shape[1] + 1, shape[1] + 1, device)):
             return
     checks.tensor("draft_ids", draft_ids, ndim=2, dtypes=checks.INDEX_DTYPES)
     bs, steps = draft_ids.shape
@@ -449,9 +467,16 @@ def _allowed_at(token_bitmask, bitmask_index, rows: int, row_ids: torch.Tensor, 
 
 
 def verdict_buffers(bs: int, nodes: int, width: int, device) -> Verdict:
-    """A Verdict of empty int32 buffers for bs requests of N nodes and accept width S+1."""
-    return Verdict(torch.empty((bs * nodes,), dtype=torch.int32, device=device), torch.empty((bs, width), dtype=torch.int32, device=device),
-                   torch.empty((bs,), dtype=torch.int32, device=device), torch.empty((bs,), dtype=torch.int32, device=device))
+    """A Verdict of empty int32 buffers for bs requests of N nodes and accept width S+1, carved from
+    one allocation (device_buffers.carve)."""
+    return verdict_with_scratch(bs, nodes, width, device, ())[0]
+
+
+def verdict_with_scratch(bs: int, nodes: int, width: int, device, scratch: Sequence[int]) -> tuple[Verdict, list]:
+    """(verdict_buffers' Verdict, int32 scratch tensors of ``scratch`` elements each), all from one
+    allocation."""
+    predict, accept_index, num_correct, accept_lens, *parts = int32_parts((bs * nodes, bs * width, bs, bs, *scratch), device)
+    return Verdict(predict, accept_index.view(bs, width), num_correct, accept_lens), parts
 
 
 def verdict_into(predict: torch.Tensor, accept_index: torch.Tensor, num_correct: torch.Tensor) -> Verdict:
@@ -461,8 +486,9 @@ def verdict_into(predict: torch.Tensor, accept_index: torch.Tensor, num_correct:
 
 
 def fake_verdict(like: torch.Tensor, bs, nodes, width) -> Verdict:
-    """A Verdict of empty int32 tensors shaped for bs requests of N nodes and accept width S+1."""
-    return verdict_buffers(bs, nodes, width, like.device)
+    """A Verdict of empty int32 tensors shaped for bs requests of N nodes and accept width S+1
+    (four allocations: what a custom op's schema describes, unaliased outputs)."""
+    return Verdict(*(torch.empty(shape, dtype=torch.int32, device=like.device) for shape in ((bs * nodes,), (bs, width), (bs,), (bs,))))
 
 
 def fake_verify_greedy(tree, candidates, target_predict, *, token_bitmask=None, bitmask_index=None, out=None) -> Verdict:

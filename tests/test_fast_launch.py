@@ -13,6 +13,7 @@ scripts/host_overhead_check.py.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 import random
@@ -283,6 +284,74 @@ def test_a_changed_global_falls_back():
     scope["LIMIT"] = 2
     launch(kernel, x, y)
     assert fast.fallbacks == 1
+
+
+@pytest.mark.parametrize("kind", ["int", "constexpr", "list"])
+def test_a_changed_global_falls_back_after_fast_checks(kind):
+    """globals_same decides by identity after a full check; a replaced object, a constexpr whose
+    value was reassigned and an in-place change of a mutable global (never taken by identity)
+    each fall back, as Triton's equality check would."""
+    kernel = fresh_kernel()
+    fast = fast_for(kernel)
+    value = {"int": 1000, "constexpr": tl.constexpr(1000), "list": [1000]}[kind]
+    scope = {"LIMIT": value}
+    kernel.used_global_vals = {("LIMIT", id(scope)): (copy.deepcopy(value), scope)}
+    x, y = torch.zeros(16), torch.zeros(16)
+    for _ in range(3):
+        launch(kernel, x, y)
+    assert fast.fallbacks == 0
+    assert (fast.global_count == 1) == (kind != "list")  # the identity snapshot: immutable values only
+    if kind == "int":
+        scope["LIMIT"] = 1001
+    elif kind == "constexpr":
+        value.value = 1001
+    else:
+        value.append(1)
+    launch(kernel, x, y)
+    assert fast.fallbacks == 1
+    scope["LIMIT"] = copy.deepcopy(kernel.used_global_vals[("LIMIT", id(scope))][0])  # an equal new object: fast again
+    launch(kernel, x, y)
+    launch(kernel, x, y)
+    assert fast.fallbacks == 1
+
+
+def test_direct_nvidia_launch_passes_what_the_launchers_call_would():
+    """On a checked Triton, an entry without scratch memory calls CudaLauncher's C ``launch``
+    itself: with the same arguments as Triton's own ``CudaLauncher.__call__`` passes it."""
+    if fast_launch.direct_launch_version() is None:
+        pytest.skip("no checked NVIDIA launcher body in this Triton")
+    from triton.backends.nvidia.driver import CudaLauncher
+    from triton.runtime import driver
+
+    calls = []
+
+    class Launch:  # stands in for the C launch function (not a Python function: no wrapper)
+        def __call__(self, *args):
+            calls.append(args)
+
+    launcher = object.__new__(CudaLauncher)
+    launcher.__dict__.update(launch=Launch(), num_ctas=1, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
+                             profile_scratch_align=1, launch_cooperative_grid=False, launch_pdl=True, gsan_enabled=False,
+                             arg_annotations=("annotations",), kernel_signature=("signature",))
+    compiled = FakeCompiled()
+    compiled.run = launcher
+    kernel = fresh_kernel()
+    fast = fast_for(kernel)
+    fast.slow = lambda *args, grid, warmup, **options: compiled
+    x, y = torch.zeros(16), torch.zeros(16)
+    launch(kernel, x, y)  # the miss: Triton's path (here the stand-in), then the entry is kept
+    assert fast.states[0].cache and next(iter(fast.states[0].cache.values()))[4]  # a direct entry
+    launch(kernel, y, x, n=9)
+    assert len(calls) == 1
+    previous = driver._active
+    driver._active = object()  # Triton 3.9's __call__ reads the active driver first (no GPU here)
+    try:
+        CudaLauncher.__call__(launcher, 3, 2, 1, 0x5EED, 0xF00, (4, 1, 0), None, None, None, y, x, 9, 7, 0.5, None, 16, 0)
+    finally:
+        driver._active = previous
+    assert calls[0] == calls[1]
+    launcher.global_scratch_size = 8  # scratch memory: Triton's own __call__ allocates it
+    assert fast_launch.direct_entry(compiled) is None
 
 
 # ----------------------------------------------------------------------------------------------
