@@ -16,11 +16,14 @@ at most 4096 elements): row i is node i, column j is node j.
    (qlen bool rows, full bool rows at ``block_start + row * (seq_len + N) + seq_len``, or one
    packed integer per row).
 
-``expand_tree`` and ``organize_draft`` have no kernel: they are a handful of small, static-shaped
-torch ops (a product, a stable sort of at most K + (S-1) K^2 <= 4160 scores per request, gathers)
-with no host read, so they are already graph-capturable, and under a captured graph their launch
-overhead disappears; a kernel would only duplicate the stable-sort tie rule. The Triton backends
-run their reference on the device (``explain()`` lists them as reference providers).
+``expand_tree`` in one launch (``_expand_kernel``, plus torch's ``index_select`` for the hidden
+rows): one program per request computes the K*K path scores and makes the K picks of the stable
+sort (largest first, ties to the lower candidate index, NaN as -inf) as K max/min reductions. The
+reference runs about a dozen small torch ops per call (conversions, a product, a stable sort,
+gathers, aranges): each is a launch even in a captured graph, and eagerly they cost more host
+time than the op's own work (issue 15). ``organize_draft`` still runs its reference on the device
+(``explain()`` lists it as a reference provider): its S records arrive as a Python list, which a
+kernel would first have to concatenate.
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ import triton
 import triton.language as tl
 
 from spec_hal.tree import bitpacked_dtype, full_mask_block_starts, full_mask_numel, tree_num_steps
-from spec_hal.types import DraftTree
+from spec_hal.device_buffers import carve
+from spec_hal.types import DraftTree, Expansion, TreeRecord
 
 from spec_hal import error_flag
 
@@ -135,6 +139,60 @@ def _build_tree_kernel(
         tl.store(mask_ptr + out, bits, mask=is_node)
 
 
+@triton.jit
+def _expand_kernel(
+    scores_ptr, scores_stride_b, scores_stride_k,
+    probs_ptr, probs_stride_row, probs_stride_col,
+    ids_ptr, ids_stride_row, ids_stride_col,
+    lane_ids_ptr, lane_scores_ptr, hidden_rows_ptr, path_scores_ptr, tokens_ptr, parents_ptr,
+    first_candidate,
+    K: tl.constexpr,
+    PAD: tl.constexpr,
+    FIRST: tl.constexpr,
+):
+    """One request per program. FIRST (step 0): lane j takes ids[b, j] and probs[b, j]; parents are
+    [-1, 0, ..., K-1]. Later steps: the K*K path scores scores[b, r] * probs[b*K + r, c] (flat f =
+    r*K + c, PAD >= K*K lanes), then K picks, each the largest remaining score with ties to the
+    lower f and NaN ranked as -inf: exactly spec_hal.tree.stable_top_indices."""
+    b = tl.program_id(0).to(tl.int64)
+    lane = tl.arange(0, PAD)
+    if FIRST:
+        is_lane = lane < K
+        token = tl.load(ids_ptr + b * ids_stride_row + lane * ids_stride_col, mask=is_lane, other=0).to(tl.int64)
+        prob = tl.load(probs_ptr + b * probs_stride_row + lane * probs_stride_col, mask=is_lane, other=0).to(tl.float32)
+        tl.store(lane_ids_ptr + b * K + lane, token, mask=is_lane)
+        tl.store(lane_scores_ptr + b * K + lane, prob, mask=is_lane)
+        tl.store(hidden_rows_ptr + b * K + lane, tl.zeros((PAD,), tl.int64) + b, mask=is_lane)
+        tl.store(parents_ptr + b * (K + 1) + lane, lane.to(tl.int64) - 1, mask=lane < K + 1)
+    else:
+        is_candidate = lane < K * K
+        parent_lane = lane // K
+        child = lane % K
+        row = b * K + parent_lane
+        prior = tl.load(scores_ptr + b * scores_stride_b + parent_lane * scores_stride_k, mask=is_candidate, other=0).to(tl.float32)
+        prob = tl.load(probs_ptr + row * probs_stride_row + child * probs_stride_col, mask=is_candidate, other=0).to(tl.float32)
+        path = prior * prob
+        token = tl.load(ids_ptr + row * ids_stride_row + child * ids_stride_col, mask=is_candidate, other=0).to(tl.int64)
+        tl.store(path_scores_ptr + b * (K * K) + lane, path, mask=is_candidate)
+        tl.store(tokens_ptr + b * (K * K) + lane, token, mask=is_candidate)
+        ranked = tl.where(path != path, float("-inf"), path)
+        remaining = is_candidate
+        for pick in range(K):
+            best = tl.max(tl.where(remaining, ranked, float("-inf")), axis=0)
+            choice = tl.min(tl.where(remaining & (ranked == best), lane, PAD), axis=0)
+            remaining = remaining & (lane != choice)
+            # The chosen candidate's values are read again (scalar loads, the same product):
+            # exact, where a reduction over the tile could turn -0.0 into 0.0.
+            chosen_row = b * K + choice // K
+            chosen_prior = tl.load(scores_ptr + b * scores_stride_b + (choice // K) * scores_stride_k).to(tl.float32)
+            chosen_prob = tl.load(probs_ptr + chosen_row * probs_stride_row + (choice % K) * probs_stride_col).to(tl.float32)
+            chosen_token = tl.load(ids_ptr + chosen_row * ids_stride_row + (choice % K) * ids_stride_col).to(tl.int64)
+            tl.store(lane_ids_ptr + b * K + pick, chosen_token)
+            tl.store(lane_scores_ptr + b * K + pick, chosen_prior * chosen_prob)
+            tl.store(hidden_rows_ptr + b * K + pick, chosen_row)
+            tl.store(parents_ptr + b * K + pick, first_candidate + choice)
+
+
 @dataclass(frozen=True)
 class TreeLaunch:
     padded_nodes: int
@@ -214,7 +272,47 @@ def build_tree(
     return tree
 
 
-PROVIDERS = {"build_tree": (build_tree, "kernels/tree.py: one program per request, links and mask as N x N register tiles")}
+@functools.lru_cache(maxsize=1024)  # a pure function of ints
+def expand_launch(target: KernelTarget, topk: int, first: bool) -> tuple[int, int]:
+    """(PAD, warps) of ``_expand_kernel``: PAD lanes hold the K + 1 parents (step 0) or the K*K
+    candidates; about 8 candidates a thread, at most 8 warps (K = 64: 4096 candidates)."""
+    padded = max(next_power_of_2(topk + 1 if first else topk * topk), 2)
+    if target.vendor == "interpreter":
+        return padded, 1
+    return padded, max(1, min(8, padded // (8 * target.warp_size)))
+
+
+def expand_tree(step, scores, probs, ids, *, hidden=None, target: KernelTarget) -> Expansion:
+    """Triton provider of ``expand_tree`` (arguments validated by the caller; see spec_hal.tree):
+    one launch for the lanes, the record and the K picks, plus ``index_select`` for the hidden
+    rows. Outputs come from two allocations (device_buffers.carve); at step 0 the lane scores and
+    tokens are also the record's, as the reference's ``.to`` returns one tensor for both."""
+    first = step == 0
+    bs, topk = probs.shape if first else scores.shape
+    width, parent_width = (topk, topk + 1) if first else (topk * topk, topk)
+    lanes = bs * topk
+    device = probs.device
+    lane_ids, hidden_rows, parents, tokens = carve((lanes, lanes, bs * parent_width, 0 if first else bs * width), torch.int64, device)
+    lane_scores, path_scores = carve((lanes, 0 if first else bs * width), torch.float32, device)
+    if bs:
+        padded, warps = expand_launch(target, topk, first)
+        previous = probs if first else scores  # placeholder at step 0, never read
+        _expand_kernel[(bs,)](
+            previous, previous.stride(0), previous.stride(1), probs, probs.stride(0), probs.stride(1), ids, ids.stride(0), ids.stride(1),
+            lane_ids, lane_scores, hidden_rows, path_scores if not first else lane_scores, tokens if not first else lane_ids, parents,
+            0 if first else topk * topk * (step - 1) + topk, K=topk, PAD=padded, FIRST=first, num_warps=warps,
+        )
+    scores_out = lane_scores.view(bs, topk)
+    record = TreeRecord(scores_out if first else path_scores.view(bs, width), lane_ids.view(bs, topk) if first else tokens.view(bs, width),
+                        parents.view(bs, parent_width))
+    gathered = None if hidden is None else hidden.index_select(0, hidden_rows)
+    return Expansion(lane_ids, scores_out, hidden_rows, gathered, record)
+
+
+PROVIDERS = {
+    "build_tree": (build_tree, "kernels/tree.py: one program per request, links and mask as N x N register tiles"),
+    "expand_tree": (expand_tree, "kernels/tree.py: one program per request, K*K path scores and K stable picks, 1 launch (+ hidden gather)"),
+}
 
 _MASK_POINTER = {"qlen": "*u8", "full": "*u8"}
 _BITPACKED_POINTER = {torch.uint8: "*u8", torch.int16: "*i16", torch.int32: "*i32"}
@@ -242,6 +340,26 @@ def compile_specs(target: KernelTarget):
                 }
                 constexprs = {"N": num_nodes, "N_PAD": config.padded_nodes, "MASK_MODE": _MASK_CODES[mask_mode]}
                 specs.append((_build_tree_kernel, signature, constexprs, config.num_warps))
+    specs += _expand_specs(target)
+    return specs
+
+
+def _expand_specs(target: KernelTarget):
+    """``_expand_kernel`` for K in {1, 2, 4, 8, 16, 64}, both kinds of step, fp32/bf16/fp64
+    probabilities (scores fp32: the previous step's) and int32/int64 ids."""
+    specs = []
+    for topk in (1, 2, 4, 8, 16, 64):
+        for first in (True, False):
+            padded, warps = expand_launch(target, topk, first)
+            for prob_type in ("fp32", "bf16", "fp64"):
+                for id_type in ("i32", "i64"):
+                    signature = {"scores_ptr": f"*{prob_type}" if first else "*fp32", "scores_stride_b": "i64", "scores_stride_k": "i64",
+                                 "probs_ptr": f"*{prob_type}", "probs_stride_row": "i64", "probs_stride_col": "i64",
+                                 "ids_ptr": f"*{id_type}", "ids_stride_row": "i64", "ids_stride_col": "i64",
+                                 "lane_ids_ptr": "*i64", "lane_scores_ptr": "*fp32", "hidden_rows_ptr": "*i64", "path_scores_ptr": "*fp32",
+                                 "tokens_ptr": "*i64", "parents_ptr": "*i64", "first_candidate": "i64",
+                                 "K": "constexpr", "PAD": "constexpr", "FIRST": "constexpr"}
+                    specs.append((_expand_kernel, signature, {"K": topk, "PAD": padded, "FIRST": first}, warps))
     return specs
 
 
@@ -251,4 +369,7 @@ def describe_launch(target: KernelTarget) -> list[str]:
         config = launch_config(target, num_nodes)
         lines.append(f"build_tree N={num_nodes}: grid (bs,), N_PAD={config.padded_nodes}, "
                      f"{config.num_warps} warps x {target.warp_size} lanes")
+    for topk in (4, 8, 64):
+        padded, warps = expand_launch(target, topk, False)
+        lines.append(f"expand_tree K={topk}: grid (bs,), {padded} candidate lanes, {warps} warps x {target.warp_size} lanes")
     return lines

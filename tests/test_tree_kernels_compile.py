@@ -16,7 +16,10 @@ GPU_TARGETS = {"sm_90": GPUTarget("cuda", 90, 32), "gfx942": GPUTarget("hip", "g
 @pytest.mark.parametrize("arch", sorted(GPU_TARGETS))
 def test_tree_kernels_compile(arch):
     specs = tree_kernels.compile_specs(KernelTarget.for_arch(arch))
-    assert len(specs) == 34  # N in {2..64} x mask modes (no bitpacked at N = 64) x {int32, int64} ids
+    # build_tree: N in {2..64} x mask modes (no bitpacked at N = 64) x {int32, int64} ids;
+    # expand_tree: K in {1, 2, 4, 8, 16, 64} x {step 0, later} x 3 probability dtypes x 2 id dtypes
+    assert sum(kernel is tree_kernels._build_tree_kernel for kernel, *_ in specs) == 34
+    assert sum(kernel is tree_kernels._expand_kernel for kernel, *_ in specs) == 72
     for kernel, signature, constexprs, num_warps in specs:
         source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
         compiled = triton.compile(source, target=GPU_TARGETS[arch], options={"num_warps": num_warps, "enable_fp_fusion": FP_FUSION})

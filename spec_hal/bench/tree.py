@@ -1,4 +1,4 @@
-"""Benchmark of family ``tree``: build_tree, and one full draft step without the model forward
+"""Benchmark of family ``tree``: expand_tree (a later step), build_tree, and one full draft step without the model forward
 (expand_tree of the last step + organize_draft + build_tree), against the torch reference
 (torch.compile of it with ``--compile-slow``).
 
@@ -67,7 +67,10 @@ def run(ctx: Context) -> list[Table]:
             ctx.progress(f"tree bs={bs} (S, K, N)=({steps}, {topk}, {nodes})")
             build_args, records, step_inputs = _inputs(bs, steps, topk, nodes, device)
             finish = dict(records=records, step_inputs=step_inputs, build_args=build_args, steps=steps, topk=topk, nodes=nodes)
+            scores, probs, ids = step_inputs
             cases = {
+                "expand_tree": (lambda: backend.expand_tree(steps - 1, scores, probs, ids),
+                                lambda: reference_expand_tree(steps - 1, scores, probs, ids), None),
                 "build_tree": (lambda: backend.build_tree(*build_args, topk=topk), lambda: reference_build_tree(*build_args, topk=topk),
                                None if compiled_build is None else (lambda: compiled_build(*build_args, topk=topk))),
                 "draft step": (lambda: _draft_finish(backend.expand_tree, backend.organize_draft, backend.build_tree, **finish),
