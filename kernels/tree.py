@@ -21,9 +21,10 @@ rows): one program per request computes the K*K path scores and makes the K pick
 sort (largest first, ties to the lower candidate index, NaN as -inf) as K max/min reductions. The
 reference runs about a dozen small torch ops per call (conversions, a product, a stable sort,
 gathers, aranges): each is a launch even in a captured graph, and eagerly they cost more host
-time than the op's own work (issue 15). ``organize_draft`` still runs its reference on the device
-(``explain()`` lists it as a reference provider): its S records arrive as a Python list, which a
-kernel would first have to concatenate.
+time than the op's own work (issue 15). ``organize_draft``: its S records arrive as a Python list,
+so torch concatenates their scores and tokens (two launches), then ``_organize_kernel`` makes the
+N-1 picks of the same stable rule per request and writes them in ascending order with their
+tokens; over ORGANIZE_MAX_CANDIDATES candidates per request it runs the reference.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import triton
 import triton.language as tl
 
 from spec_hal.tree import bitpacked_dtype, full_mask_block_starts, full_mask_numel, tree_num_steps
+from spec_hal.tree import organize_draft as reference_organize_draft
 from spec_hal.device_buffers import carve
 from spec_hal.types import DraftTree, Expansion, TreeRecord
 
@@ -193,6 +195,32 @@ def _expand_kernel(
             tl.store(parents_ptr + b * K + pick, first_candidate + choice)
 
 
+@triton.jit
+def _organize_kernel(
+    scores_ptr, tokens_ptr, selected_ptr, draft_tokens_ptr, candidates, picks,
+    C_PAD: tl.constexpr,
+):
+    """One request per program over its row of the concatenated candidate scores and tokens
+    (bs, candidates), both contiguous: ``picks`` (N-1) picks, each the largest remaining score with
+    ties to the lower index and NaN as -inf (spec_hal.tree.stable_top_indices), then the picked
+    indices in ascending order (a prefix count gives each its output column) and their tokens."""
+    b = tl.program_id(0).to(tl.int64)
+    lane = tl.arange(0, C_PAD)
+    is_candidate = lane < candidates
+    score = tl.load(scores_ptr + b * candidates + lane, mask=is_candidate, other=0.0)
+    ranked = tl.where(score != score, float("-inf"), score)
+    remaining = is_candidate
+    for _ in range(picks):
+        best = tl.max(tl.where(remaining, ranked, float("-inf")), axis=0)
+        choice = tl.min(tl.where(remaining & (ranked == best), lane, C_PAD), axis=0)
+        remaining = remaining & (lane != choice)
+    picked = is_candidate & ~remaining
+    column = tl.cumsum(picked.to(tl.int32), axis=0) - 1
+    token = tl.load(tokens_ptr + b * candidates + lane, mask=picked, other=0)
+    tl.store(selected_ptr + b * picks + column, lane.to(tl.int64), mask=picked)
+    tl.store(draft_tokens_ptr + b * picks + column, token, mask=picked)
+
+
 @dataclass(frozen=True)
 class TreeLaunch:
     padded_nodes: int
@@ -309,9 +337,47 @@ def expand_tree(step, scores, probs, ids, *, hidden=None, target: KernelTarget) 
     return Expansion(lane_ids, scores_out, hidden_rows, gathered, record)
 
 
+# Candidates per request up to which organize_draft runs its kernel: C_PAD lanes in one program,
+# at most 16 a thread at 8 warps (4096: K = 8 with 64 steps, or K = 64 with 1). Larger lists take
+# the reference (a stable sort), which is exact at any size.
+ORGANIZE_MAX_CANDIDATES = 4096
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of ints
+def organize_launch(target: KernelTarget, candidates: int) -> tuple[int, int]:
+    """(C_PAD, warps) of ``_organize_kernel``: about 8 candidates a thread, at most 8 warps."""
+    padded = max(next_power_of_2(candidates), 2)
+    if target.vendor == "interpreter":
+        return padded, 1
+    return padded, max(1, min(8, padded // (8 * target.warp_size)))
+
+
+def organize_draft(records, num_draft_tokens, *, target: KernelTarget):
+    """Triton provider of ``organize_draft`` (validated by the caller; see spec_hal.tree): the
+    records' scores and tokens concatenated by torch (two launches; the parents as the reference
+    does), then one program per request picks and orders the N-1 best. Over
+    ORGANIZE_MAX_CANDIDATES candidates per request, the reference."""
+    scores = torch.cat([record.scores.to(torch.float32) for record in records], dim=1)
+    bs, candidates = scores.shape
+    if candidates > ORGANIZE_MAX_CANDIDATES:
+        return reference_organize_draft(records, num_draft_tokens)
+    tokens = torch.cat([record.tokens.to(torch.int64) for record in records], dim=1)
+    picks = num_draft_tokens - 1
+    selected, draft_tokens = carve((bs * picks, bs * picks), torch.int64, scores.device)
+    if bs and picks:
+        padded, warps = organize_launch(target, candidates)
+        _organize_kernel[(bs,)](scores, tokens, selected, draft_tokens, candidates, picks, C_PAD=padded, num_warps=warps)
+    if len(records) == 1:
+        parents = torch.empty((bs, 0), dtype=torch.int64, device=scores.device)
+    else:
+        parents = torch.cat([record.parents for record in records[:-1]], dim=1)
+    return parents, selected.view(bs, picks), draft_tokens.view(bs, picks)
+
+
 PROVIDERS = {
     "build_tree": (build_tree, "kernels/tree.py: one program per request, links and mask as N x N register tiles"),
     "expand_tree": (expand_tree, "kernels/tree.py: one program per request, K*K path scores and K stable picks, 1 launch (+ hidden gather)"),
+    "organize_draft": (organize_draft, "kernels/tree.py: torch.cat of the records + one program per request picking and ordering the N-1 best"),
 }
 
 _MASK_POINTER = {"qlen": "*u8", "full": "*u8"}
@@ -341,6 +407,11 @@ def compile_specs(target: KernelTarget):
                 constexprs = {"N": num_nodes, "N_PAD": config.padded_nodes, "MASK_MODE": _MASK_CODES[mask_mode]}
                 specs.append((_build_tree_kernel, signature, constexprs, config.num_warps))
     specs += _expand_specs(target)
+    for candidates in (2, 4, 68, 264, 1040, ORGANIZE_MAX_CANDIDATES):  # up to the kernel's limit
+        padded, warps = organize_launch(target, candidates)
+        signature = {"scores_ptr": "*fp32", "tokens_ptr": "*i64", "selected_ptr": "*i64", "draft_tokens_ptr": "*i64",
+                     "candidates": "i32", "picks": "i32", "C_PAD": "constexpr"}
+        specs.append((_organize_kernel, signature, {"C_PAD": padded}, warps))
     return specs
 
 
@@ -372,4 +443,7 @@ def describe_launch(target: KernelTarget) -> list[str]:
     for topk in (4, 8, 64):
         padded, warps = expand_launch(target, topk, False)
         lines.append(f"expand_tree K={topk}: grid (bs,), {padded} candidate lanes, {warps} warps x {target.warp_size} lanes")
+    for candidates in (68, 264, ORGANIZE_MAX_CANDIDATES):
+        padded, warps = organize_launch(target, candidates)
+        lines.append(f"organize_draft {candidates} candidates: grid (bs,), {padded} lanes, {warps} warps x {target.warp_size} lanes")
     return lines

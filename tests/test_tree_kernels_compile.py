@@ -20,6 +20,7 @@ def test_tree_kernels_compile(arch):
     # expand_tree: K in {1, 2, 4, 8, 16, 64} x {step 0, later} x 3 probability dtypes x 2 id dtypes
     assert sum(kernel is tree_kernels._build_tree_kernel for kernel, *_ in specs) == 34
     assert sum(kernel is tree_kernels._expand_kernel for kernel, *_ in specs) == 72
+    assert sum(kernel is tree_kernels._organize_kernel for kernel, *_ in specs) == 6  # candidates 2 .. 4096
     for kernel, signature, constexprs, num_warps in specs:
         source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
         compiled = triton.compile(source, target=GPU_TARGETS[arch], options={"num_warps": num_warps, "enable_fp_fusion": FP_FUSION})
