@@ -1,6 +1,7 @@
-"""Triton kernel of family ``tree``: ``build_tree`` in one launch. Semantics: spec_hal/tree.py.
+"""Triton kernels of family ``tree``: ``build_tree``, ``expand_tree`` and ``organize_draft``, one
+launch each (plus torch's gathers and concatenations noted below). Semantics: spec_hal/tree.py.
 
-One program per request holds the whole tree in registers as N_PAD x N_PAD matrices (N <= 64, so
+build_tree: one program per request holds the whole tree in registers as N_PAD x N_PAD matrices (N <= 64, so
 at most 4096 elements): row i is node i, column j is node j.
 
 1. Parent search: node i's candidate ``c = selected[i-1]`` has a parent slot ``c // K``; its
