@@ -143,6 +143,16 @@ def _build_tree_kernel(
 
 
 @triton.jit
+def _stable_pick(ranked, remaining, lane, PAD: tl.constexpr):
+    """The next pick of spec_hal.tree.stable_top_indices' rule among the ``remaining`` lanes: the
+    largest ``ranked`` score (NaN already -inf), ties to the lower lane. Returns (the lane picked,
+    ``remaining`` without it)."""
+    best = tl.max(tl.where(remaining, ranked, float("-inf")), axis=0)
+    choice = tl.min(tl.where(remaining & (ranked == best), lane, PAD), axis=0)
+    return choice, remaining & (lane != choice)
+
+
+@triton.jit
 def _expand_kernel(
     scores_ptr, scores_stride_b, scores_stride_k,
     probs_ptr, probs_stride_row, probs_stride_col,
@@ -181,9 +191,7 @@ def _expand_kernel(
         ranked = tl.where(path != path, float("-inf"), path)
         remaining = is_candidate
         for pick in range(K):
-            best = tl.max(tl.where(remaining, ranked, float("-inf")), axis=0)
-            choice = tl.min(tl.where(remaining & (ranked == best), lane, PAD), axis=0)
-            remaining = remaining & (lane != choice)
+            choice, remaining = _stable_pick(ranked, remaining, lane, PAD)
             # The chosen candidate's values are read again (scalar loads, the same product):
             # exact, where a reduction over the tile could turn -0.0 into 0.0.
             chosen_row = b * K + choice // K
@@ -212,9 +220,7 @@ def _organize_kernel(
     ranked = tl.where(score != score, float("-inf"), score)
     remaining = is_candidate
     for _ in range(picks):
-        best = tl.max(tl.where(remaining, ranked, float("-inf")), axis=0)
-        choice = tl.min(tl.where(remaining & (ranked == best), lane, C_PAD), axis=0)
-        remaining = remaining & (lane != choice)
+        _, remaining = _stable_pick(ranked, remaining, lane, C_PAD)
     picked = is_candidate & ~remaining
     column = tl.cumsum(picked.to(tl.int32), axis=0) - 1
     token = tl.load(tokens_ptr + b * candidates + lane, mask=picked, other=0)
@@ -302,13 +308,19 @@ def build_tree(
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of ints
-def expand_launch(target: KernelTarget, topk: int, first: bool) -> tuple[int, int]:
-    """(PAD, warps) of ``_expand_kernel``: PAD lanes hold the K + 1 parents (step 0) or the K*K
-    candidates; about 8 candidates a thread, at most 8 warps (K = 64: 4096 candidates)."""
-    padded = max(next_power_of_2(topk + 1 if first else topk * topk), 2)
+def pick_launch(target: KernelTarget, lanes: int) -> tuple[int, int]:
+    """(lanes padded to a power of two, warps) of the picking kernels: about 8 lanes a thread, at
+    most 8 warps (4096 candidates: 16 a thread)."""
+    padded = max(next_power_of_2(lanes), 2)
     if target.vendor == "interpreter":
         return padded, 1
     return padded, max(1, min(8, padded // (8 * target.warp_size)))
+
+
+def expand_launch(target: KernelTarget, topk: int, first: bool) -> tuple[int, int]:
+    """(PAD, warps) of ``_expand_kernel``: PAD lanes hold the K + 1 parents (step 0) or the K*K
+    candidates."""
+    return pick_launch(target, topk + 1 if first else topk * topk)
 
 
 def expand_tree(step, scores, probs, ids, *, hidden=None, target: KernelTarget) -> Expansion:
@@ -344,15 +356,6 @@ def expand_tree(step, scores, probs, ids, *, hidden=None, target: KernelTarget) 
 ORGANIZE_MAX_CANDIDATES = 4096
 
 
-@functools.lru_cache(maxsize=1024)  # a pure function of ints
-def organize_launch(target: KernelTarget, candidates: int) -> tuple[int, int]:
-    """(C_PAD, warps) of ``_organize_kernel``: about 8 candidates a thread, at most 8 warps."""
-    padded = max(next_power_of_2(candidates), 2)
-    if target.vendor == "interpreter":
-        return padded, 1
-    return padded, max(1, min(8, padded // (8 * target.warp_size)))
-
-
 def organize_draft(records, num_draft_tokens, *, target: KernelTarget):
     """Triton provider of ``organize_draft`` (validated by the caller; see spec_hal.tree): the
     records' scores and tokens concatenated by torch (two launches; the parents as the reference
@@ -366,7 +369,7 @@ def organize_draft(records, num_draft_tokens, *, target: KernelTarget):
     picks = num_draft_tokens - 1
     selected, draft_tokens = carve((bs * picks, bs * picks), torch.int64, scores.device)
     if bs and picks:
-        padded, warps = organize_launch(target, candidates)
+        padded, warps = pick_launch(target, candidates)
         _organize_kernel[(bs,)](scores, tokens, selected, draft_tokens, candidates, picks, C_PAD=padded, num_warps=warps)
     if len(records) == 1:
         parents = torch.empty((bs, 0), dtype=torch.int64, device=scores.device)
@@ -409,7 +412,7 @@ def compile_specs(target: KernelTarget):
                 specs.append((_build_tree_kernel, signature, constexprs, config.num_warps))
     specs += _expand_specs(target)
     for candidates in (2, 4, 68, 264, 1040, ORGANIZE_MAX_CANDIDATES):  # up to the kernel's limit
-        padded, warps = organize_launch(target, candidates)
+        padded, warps = pick_launch(target, candidates)
         signature = {"scores_ptr": "*fp32", "tokens_ptr": "*i64", "selected_ptr": "*i64", "draft_tokens_ptr": "*i64",
                      "candidates": "i32", "picks": "i32", "C_PAD": "constexpr"}
         specs.append((_organize_kernel, signature, {"C_PAD": padded}, warps))
@@ -445,6 +448,6 @@ def describe_launch(target: KernelTarget) -> list[str]:
         padded, warps = expand_launch(target, topk, False)
         lines.append(f"expand_tree K={topk}: grid (bs,), {padded} candidate lanes, {warps} warps x {target.warp_size} lanes")
     for candidates in (68, 264, ORGANIZE_MAX_CANDIDATES):
-        padded, warps = organize_launch(target, candidates)
+        padded, warps = pick_launch(target, candidates)
         lines.append(f"organize_draft {candidates} candidates: grid (bs,), {padded} lanes, {warps} warps x {target.warp_size} lanes")
     return lines
