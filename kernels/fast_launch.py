@@ -39,6 +39,7 @@ verified against Triton's own key and cache (raises on a mismatch; slow, for tes
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import os
@@ -130,13 +131,7 @@ def direct_entry(compiled) -> Optional[tuple]:
             launcher.launch_pdl, getattr(launcher, "arg_annotations", None), getattr(launcher, "kernel_signature", None))
 
 
-_direct: list = []
-
-
-def _direct_version() -> Optional[str]:
-    if not _direct:
-        _direct.append(direct_launch_version())
-    return _direct[0]
+_direct_version = functools.lru_cache(maxsize=None)(direct_launch_version)  # read the source once
 
 
 class Unsupported(Exception):
@@ -263,7 +258,7 @@ class FastRun:
         self.knob_options = knob_options
         self.states: dict = {}
         self.misses = self.fallbacks = 0  # counted for tests and the GPU check
-        self.global_refs: tuple = ()  # (scope, name, object) of each global at the last full check
+        self.global_refs: tuple = ()  # (scope, name, object, its constexpr value or itself) per global at the last full check
         self.global_count = -1  # len(used_global_vals) then; -1: no snapshot (the full check runs)
         self.key: Callable = None  # the key of a call, as ``run`` computes it (for tests); set below
         self.run = _generate(self)
