@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from spec_hal.tree import bitpacked_dtype, full_mask_block_starts, full_mask_numel, tree_num_steps
+from spec_hal.tree import bitpacked_dtype, candidate_lists, full_mask_block_starts, full_mask_numel, record_parents, tree_num_steps
 from spec_hal.tree import organize_draft as reference_organize_draft
 from spec_hal.device_buffers import carve
 from spec_hal.types import DraftTree, Expansion, TreeRecord
@@ -361,21 +361,17 @@ def organize_draft(records, num_draft_tokens, *, target: KernelTarget):
     records' scores and tokens concatenated by torch (two launches; the parents as the reference
     does), then one program per request picks and orders the N-1 best. Over
     ORGANIZE_MAX_CANDIDATES candidates per request, the reference."""
-    scores = torch.cat([record.scores.to(torch.float32) for record in records], dim=1)
-    bs, candidates = scores.shape
+    bs = records[0].scores.shape[0]
+    candidates = sum(record.scores.shape[1] for record in records)
     if candidates > ORGANIZE_MAX_CANDIDATES:
         return reference_organize_draft(records, num_draft_tokens)
-    tokens = torch.cat([record.tokens.to(torch.int64) for record in records], dim=1)
+    scores, tokens = candidate_lists(records)
     picks = num_draft_tokens - 1
     selected, draft_tokens = carve((bs * picks, bs * picks), torch.int64, scores.device)
     if bs and picks:
         padded, warps = pick_launch(target, candidates)
         _organize_kernel[(bs,)](scores, tokens, selected, draft_tokens, candidates, picks, C_PAD=padded, num_warps=warps)
-    if len(records) == 1:
-        parents = torch.empty((bs, 0), dtype=torch.int64, device=scores.device)
-    else:
-        parents = torch.cat([record.parents for record in records[:-1]], dim=1)
-    return parents, selected.view(bs, picks), draft_tokens.view(bs, picks)
+    return record_parents(records), selected.view(bs, picks), draft_tokens.view(bs, picks)
 
 
 PROVIDERS = {

@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from spec_hal import error_flag
+from spec_hal.device_buffers import int32_parts
 from spec_hal.types import DraftTree, Verdict
 import spec_hal.verify as semantics
 
@@ -779,9 +780,10 @@ def _verdict_buffers(bs: int, nodes: int, width: int, device, out: Optional[Verd
 def _verdict_and_scratch(bs: int, nodes: int, width: int, device, out: Optional[Verdict], scratch: tuple) -> tuple[Verdict, Optional[list]]:
     """(a fresh Verdict and int32 scratch tensors of ``scratch`` elements each, from one
     allocation: host time, spec_hal.device_buffers), or (``out``, None): the launch then
-    allocates its scratch itself."""
+    allocates its scratch itself. None too where no scratch is asked for."""
     if out is None:
-        return semantics.verdict_with_scratch(bs, nodes, width, device, scratch)
+        verdict, parts = semantics.verdict_with_scratch(bs, nodes, width, device, scratch)
+        return verdict, parts or None
     return out, None
 
 
@@ -859,8 +861,7 @@ def _final_token_scratch(bs: int, config: SamplingLaunch, device, parts: Optiona
     """(block sums int64, arrival counters int32 zeroed; the sums buffer stands in when there is no
     split): over the two int32 ``parts`` of final_token_scratch_sizes, or fresh buffers if None."""
     if parts is None:
-        sums = torch.empty(bs * 2 * config.sums_width, dtype=torch.int64, device=device)
-        return sums, torch.zeros(bs, dtype=torch.int32, device=device) if config.chunks > 1 else sums
+        parts = int32_parts(final_token_scratch_sizes(bs, config), device)
     sums = parts[0].view(torch.int64)
     return sums, parts[1].zero_() if config.chunks > 1 else sums
 
@@ -891,7 +892,6 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
     width = tree.num_steps + 1
     tiles = argmax_tiles_per_row(target_predict, target) * bs * nodes  # 0 for ids: no scratch
     out, scratch = _verdict_and_scratch(bs, nodes, width, candidates.device, out, (tiles, tiles) if tiles else ())
-    scratch = scratch or None
     if bs == 0:
         return out
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)

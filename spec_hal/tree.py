@@ -209,14 +209,24 @@ def organize_draft(records: Sequence[TreeRecord], num_draft_tokens: int) -> tupl
         draft_tokens (bs, N-1) int64 their tokens. Ranking: stable descending, ties to the lower
         candidate index, NaN as -inf.
     """
-    scores = torch.cat([record.scores.to(torch.float32) for record in records], dim=1)
-    tokens = torch.cat([record.tokens.to(torch.int64) for record in records], dim=1)
+    scores, tokens = candidate_lists(records)
     selected = torch.sort(stable_top_indices(scores, num_draft_tokens - 1), dim=1).values
+    return record_parents(records), selected, tokens.gather(1, selected)
+
+
+def candidate_lists(records: Sequence[TreeRecord]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scores (bs, C) float32, tokens (bs, C) int64): the S records' candidates in candidate-list
+    order, contiguous (organize_draft's input; its kernel reads these rows)."""
+    return (torch.cat([record.scores.to(torch.float32) for record in records], dim=1),
+            torch.cat([record.tokens.to(torch.int64) for record in records], dim=1))
+
+
+def record_parents(records: Sequence[TreeRecord]) -> torch.Tensor:
+    """organize_draft's ``parents``: the records' parents but the last step's, (bs, 0) for S == 1."""
     if len(records) == 1:
-        parents = torch.empty((scores.shape[0], 0), dtype=torch.int64, device=scores.device)
-    else:
-        parents = torch.cat([record.parents for record in records[:-1]], dim=1)
-    return parents, selected, tokens.gather(1, selected)
+        first = records[0].parents
+        return torch.empty((first.shape[0], 0), dtype=torch.int64, device=first.device)
+    return torch.cat([record.parents for record in records[:-1]], dim=1)
 
 
 # ---------------------------------------------------------------------------------------------
