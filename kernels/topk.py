@@ -1,28 +1,33 @@
 """Triton kernels of family ``topk``: ``draft_topk`` in two launches. Semantics: spec_hal/topk.py.
 
-Launch 1 (grid: rows x chunks) reads each logit exactly once. Every program owns one chunk of
-consecutive ``BLOCK``-wide tiles of one row and writes the chunk's max ``m``, its sum
-``s = sum exp(x - m)`` (online softmax over its tiles) and its k best elements as sorted rank keys
-(value and id packed into one int64). Splitting every row into chunks is what keeps a small
-batch from running one row per program: at bs = 1 and V = 151,936 a chunk is one tile, 38-75
-programs, not 1.
+Launch 1 (grid: rows x chunks) reads each logit exactly once and does the same work for every k.
+Every program owns one chunk of consecutive ``BLOCK``-wide tiles of one row and writes the
+chunk's max ``m``, its sum ``s = sum exp(x - m)`` (online softmax over its tiles) and the max of
+every ``SUB``-wide sub-tile of its tiles (as an order-preserving int32, so that a sub-tile holding
+only masked ids ranks below one holding a real -inf). Splitting every row into chunks is what
+keeps a small batch from running one row per program: at bs = 1 and V = 151,936 a chunk is one
+tile, 38-75 programs, not 1.
 
-The k best of a chunk are kept as a running list whose lowest key is a floor. A tile whose max
-logit is not above the floor's value cannot enter the list (its ids are larger, so a tie ranks
-below), and costs no more than k = 1: a max, an exp-sum and one scalar compare. Only the other
-tiles build rank keys, count the keys above the floor and insert that many (at most k), one
-max-reduction each. On random and real logits most tiles after a chunk's first few are skipped,
-so the k selection passes per tile of the old kernel (compute-bound at k > 1: 30-37% of copy
-bandwidth at k = 4 on the H100) become about k * ln(tiles) insertions per chunk.
-
-Launch 2 (grid: rows) merges a row's chunks: ``M = max m``, ``Z = sum s * exp(m - M)`` (the
-online-softmax normaliser), the k best of the chunks' sorted candidate lists by a k-way merge,
+Launch 2 (grid: rows) finds the row's k best sub-tiles by (max descending, index ascending), reads
+those k sub-tiles again (k * SUB ids, not the row) and selects the row's k best elements among
+them, with ``M = max m``, ``Z = sum s * exp(m - M)`` (the online-softmax normaliser) and
 ``p = exp(v - M) / Z``. For k = 1 this is ``1 / Z``, the exact top-1 probability, without
 materialising a softmax.
 
-Ranking is by (value descending, id ascending), encoded in the rank key so that one integer
+Why the k best sub-tiles hold the k best elements: take an element e outside them, in sub-tile
+s'. Each chosen sub-tile p has an element m_p equal to its max, and p ranks above s': either
+max(p) > max(s') >= e, or the maxima are equal and p has the lower index, so m_p has the lower
+id. Either way m_p ranks above e (value descending, id ascending), and there are k such m_p. With
+a mask, a sub-tile of masked ids has a max below -inf, and masked ids rank below every allowed
+one, so the argument holds for them too.
+
+Before (to 2026-11-26) launch 1 kept each chunk's k best in a running list above a floor: every
+tile whose max beat the floor paid k-dependent insertions, about k * ln(tiles) per chunk, so
+k = 4 and 8 ran at 30-55% of copy bandwidth where k = 1 ran at 64-88%.
+
+Ranking is by (value descending, id ascending), encoded in an int64 rank key so that one integer
 max-reduction selects the next element: ties go to the lower id, no element is selected twice,
-and masked tail lanes hold a key below every real one, so an id is always in [0, V).
+and lanes past the vocabulary hold a key below every real one, so an id is always in [0, V).
 """
 from __future__ import annotations
 
@@ -34,10 +39,11 @@ import torch
 import triton
 import triton.language as tl
 
+from spec_hal.device_buffers import int32_parts
 from spec_hal.topk import MAX_TOPK
 
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .masks import mask_row_base, tile_allowed, token_allowed
+from .masks import mask_row_base, tile_allowed, token_allowed, words_allowed
 
 # Rank key below every real one (masked lanes, empty slots); the lowest real key, -inf with id
 # 2**31 - 1, is about -9.19e18.
@@ -47,27 +53,42 @@ EMPTY_KEY = tl.constexpr(-9223372036854775807)
 MASKED_KEY_TOP = tl.constexpr(-9223372036854775807 + 2147483646)
 
 
-@triton.jit
-def _rank_keys(values, ids):
-    """One int64 per element whose signed order is (value descending, id ascending).
+# Orders (``_ordered``) below every real value's (that of -inf is ORDERED_NEG_INF): the max of a
+# sub-tile whose ids are all masked, and of one wholly past the vocabulary.
+ORDERED_NEG_INF = tl.constexpr(-2139095041)
+MASKED_ORDER = tl.constexpr(-2139095042)
+PAST_VOCAB_ORDER = tl.constexpr(-2139095043)
 
-    High 32 bits: the float's bits made order-preserving as a signed int (negative floats have
-    their magnitude bits flipped; -0.0 is first made +0.0 so it ties with +0.0). Low 32 bits:
-    ``2**31 - 1 - id``, so among equal values the lower id has the larger key. One max-reduction
-    per selection pass then replaces a max over values plus a min over tied ids.
-    """
+
+@triton.jit
+def _ordered(values):
+    """int32 whose signed order is the float32 order of ``values``: negative floats have their
+    magnitude bits flipped; -0.0 is first made +0.0 so that it ties with +0.0."""
     values = tl.where(values == 0.0, 0.0, values)
     bits = values.to(tl.int32, bitcast=True)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    return ordered.to(tl.int64) * 4294967296 + (2147483647 - ids).to(tl.int64)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+@triton.jit
+def _unordered(ordered):
+    """The float32 an ``_ordered`` int32 was made from."""
+    bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _rank_keys(order, ids):
+    """One int64 per element whose signed order is (``order`` descending, id ascending): ``order``
+    (an ``_ordered`` int32) in the high 32 bits, ``2**31 - 1 - id`` in the low ones, so among equal
+    values the lower id has the larger key. One max-reduction per selection pass then replaces a
+    max over values plus a min over tied ids."""
+    return order.to(tl.int64) * 4294967296 + (2147483647 - ids).to(tl.int64)
 
 
 @triton.jit
 def _key_value(key):
     """The float32 value a rank key was made from."""
-    ordered = (key >> 32).to(tl.int32)
-    bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
-    return bits.to(tl.float32, bitcast=True)
+    return _unordered((key >> 32).to(tl.int32))
 
 
 @triton.jit
@@ -81,10 +102,12 @@ def _masked_keys(ids):
 
 
 @triton.jit
-def _tile_values(raw, cols, in_vocab, row, tile, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
-                 BLOCK: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_MAP: tl.constexpr):
-    """(float32 values to rank, allowed) of one tile of raw logits: NaN ranks as -inf, +inf as
-    FLT_MAX, ids past the vocabulary and ids the row's mask does not allow are -inf."""
+def _logit_values(raw, cols, in_vocab, row, first_col, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
+                  BLOCK: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_MAP: tl.constexpr,
+                  CONTIGUOUS: tl.constexpr):
+    """(float32 values to rank, allowed) of raw logits at ids ``cols``: NaN ranks as -inf, +inf as
+    FLT_MAX, ids past the vocabulary and ids the row's mask does not allow are -inf. CONTIGUOUS:
+    ``cols`` is the tile ``first_col + arange(BLOCK)``, whose mask words load in one piece."""
     values = raw.to(tl.float32)
     values = tl.where(values != values, float("-inf"), values)
     values = tl.minimum(values, 3.4028234663852886e38)
@@ -95,61 +118,86 @@ def _tile_values(raw, cols, in_vocab, row, tile, mask_ptr, index_ptr, map_ptr, n
         if HAS_MAP:  # the mask is in the target vocabulary
             tokens = tl.load(map_ptr + cols, mask=in_vocab, other=-1)
             allowed = token_allowed(mask_ptr, base, constrained, tokens, in_vocab, mask_width)
+        elif CONTIGUOUS:
+            allowed = tile_allowed(mask_ptr, base, constrained, first_col, mask_width, BLOCK)
         else:
-            allowed = tile_allowed(mask_ptr, base, constrained, tile * BLOCK, mask_width, BLOCK)
+            allowed = token_allowed(mask_ptr, base, constrained, cols, in_vocab, mask_width)
         values = tl.where(allowed, values, float("-inf"))
     return values, allowed
 
 
 @triton.jit
-def _tile_keys(values, allowed, cols, in_vocab, HAS_MASK: tl.constexpr):
-    """Rank keys of a tile (``_tile_values``): masked ids below every allowed one, EMPTY_KEY past
-    the vocabulary."""
-    keys = tl.where(in_vocab, _rank_keys(values, cols), EMPTY_KEY)
+def _sub_tile_orders(values, allowed, in_vocab, BLOCK: tl.constexpr, SUB: tl.constexpr, HAS_MASK: tl.constexpr):
+    """(the ``_ordered`` max of each SUB-wide sub-tile of a tile (BLOCK // SUB,), the tile's max
+    value). With a mask, masked ids count as MASKED_ORDER (below a real -inf, as their keys are)
+    and ids past the vocabulary as PAST_VOCAB_ORDER; without one both are -inf, which ranks a
+    sub-tile holding them by its index, as the selection needs."""
     if HAS_MASK:
-        keys = tl.where(in_vocab & (allowed == 0), _masked_keys(cols), keys)
-    return keys
+        order = tl.where(in_vocab, tl.where(allowed, _ordered(values), MASKED_ORDER), PAST_VOCAB_ORDER)
+        sub_orders = tl.max(tl.reshape(order, [BLOCK // SUB, SUB]), axis=1)
+        tile_max = _unordered(tl.maximum(tl.max(sub_orders, axis=0), ORDERED_NEG_INF))
+    else:
+        sub_maxima = tl.max(tl.reshape(values, [BLOCK // SUB, SUB]), axis=1)
+        sub_orders = _ordered(sub_maxima)
+        tile_max = tl.max(sub_maxima, axis=0)
+    return sub_orders, tile_max
 
 
 @triton.jit
-def _empty_list(lanes, K: tl.constexpr):
-    """A running list with no key yet: lanes 0..K-1 hold distinct keys below every real and masked
-    key (EMPTY_KEY + lane), so that the list's floor is always one lane; pad lanes (>= K) hold the
-    largest int64 and never become the floor."""
-    return tl.where(lanes < K, EMPTY_KEY + lanes.to(tl.int64), 9223372036854775807)
+def _picked_allowed(mask_ptr, index_ptr, row, picked, num_masks, mask_width, K_PAD: tl.constexpr, SUB: tl.constexpr,
+                    HAS_INDEX: tl.constexpr):
+    """(K_PAD, SUB) flags: whether the row's mask allows each id of the picked sub-tiles (``picked``:
+    sub-tile indices, -1 for none), from each sub-tile's SUB // 32 words in one contiguous load (a
+    word load per id kept a local frame at k = 16 on sm_90). Words past the mask's width are 0
+    (nothing allowed there); an unconstrained row allows everything."""
+    base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
+    # The row's scalars broadcast as (K_PAD,) first: the interpreter rejects a load mask made from
+    # a 0-d bool; compiled, it folds away.
+    lanes_zero = tl.zeros([K_PAD], dtype=tl.int32)
+    constrained = (lanes_zero + constrained.to(tl.int32)) != 0
+    word_ids = picked[:, None].to(tl.int64) * (SUB // 32) + tl.arange(0, SUB // 32)[None, :]
+    load = constrained[:, None] & (picked[:, None] >= 0) & (word_ids < mask_width)
+    words = tl.load(mask_ptr + (lanes_zero.to(tl.int64) + base)[:, None] + word_ids, mask=load, other=0)
+    words = tl.where(constrained[:, None], words, -1)
+    return words_allowed(words, SUB)
 
 
 @triton.jit
-def _best_of_tile(keys, lanes, K: tl.constexpr):
-    """A chunk's first running list: the K best ``keys`` in lanes 0..K-1, by K max-reductions;
-    lanes the tile cannot fill keep their ``_empty_list`` keys."""
-    best = _empty_list(lanes, K)
-    for j in tl.static_range(K):
-        top = tl.max(keys, axis=0)
-        best = tl.where(lanes == j, tl.maximum(top, EMPTY_KEY + j), best)
-        keys = tl.where(keys == top, EMPTY_KEY, keys)
-    return best
+def _add_tile(raw, tile, row, vocab, sub_order_row, run_max, run_sum, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
+              BLOCK: tl.constexpr, SUB: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_MAP: tl.constexpr):
+    """Stores the sub-tile maxima of one tile of raw logits and returns the (max, sum) of the
+    online softmax with the tile added."""
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    in_vocab = cols < vocab
+    values, allowed = _logit_values(raw, cols, in_vocab, row, tile * BLOCK, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
+                                    BLOCK, HAS_MASK, HAS_INDEX, HAS_MAP, True)
+    sub_orders, tile_max = _sub_tile_orders(values, allowed, in_vocab, BLOCK, SUB, HAS_MASK)
+    tl.store(sub_order_row + tile * (BLOCK // SUB) + tl.arange(0, BLOCK // SUB), sub_orders)
+    new_max = tl.maximum(run_max, tile_max)
+    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+    tile_sum = tl.sum(tl.where(in_vocab, tl.exp(values - safe_max), 0.0), axis=0)
+    return new_max, run_sum * tl.exp(run_max - safe_max) + tile_sum
 
 
 @triton.jit
-def _chunk_topk_kernel(
+def _chunk_stats_kernel(
     logits_ptr,
     stride_row,
     stride_col,
     vocab,
     chunk_max_ptr,
     chunk_sum_ptr,
-    cand_key_ptr,
+    sub_order_ptr,
     num_chunks,
     tiles_per_chunk,
+    subs_per_row,
     mask_ptr,
     index_ptr,
     map_ptr,
     num_masks,
     mask_width,
-    K: tl.constexpr,
-    K_PAD: tl.constexpr,
     BLOCK: tl.constexpr,
+    SUB: tl.constexpr,
     CHUNKED: tl.constexpr,
     HAS_MASK: tl.constexpr,
     HAS_INDEX: tl.constexpr,
@@ -158,97 +206,70 @@ def _chunk_topk_kernel(
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
-    lanes = tl.arange(0, K_PAD)
-    slot = row.to(tl.int64) * num_chunks + chunk
-    if CHUNKED:  # several tiles a program, kept above a running floor
+    sub_order_row = sub_order_ptr + row.to(tl.int64) * subs_per_row
+    run_max = tl.full([], float("-inf"), tl.float32)
+    run_sum = tl.full([], 0.0, tl.float32)
+    if CHUNKED:  # several tiles a program, the next one read while this one is reduced
         first_tile = chunk * tiles_per_chunk
         end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, BLOCK))
         # Loads stop at the chunk's end (a scalar bound: the interpreter rejects a vector mask
         # combined with a 0-d bool).
         chunk_end = tl.minimum(end_tile * BLOCK, vocab)
-        best = _empty_list(lanes, K)  # replaced by the first tile's list
-        run_max = tl.full([], float("-inf"), tl.float32)
-        run_sum = tl.full([], 0.0, tl.float32)
         cols = first_tile * BLOCK + tl.arange(0, BLOCK)
         raw_next = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=cols < chunk_end, other=0.0)
         for tile in range(first_tile, end_tile):
-            # The next tile's logits are in flight while this one is reduced.
             raw = raw_next
-            cols = tile * BLOCK + tl.arange(0, BLOCK)
-            next_cols = cols + BLOCK
+            next_cols = (tile + 1) * BLOCK + tl.arange(0, BLOCK)
             raw_next = tl.load(row_ptr + next_cols.to(tl.int64) * stride_col, mask=next_cols < chunk_end, other=0.0)
-            in_vocab = cols < vocab
-            values, allowed = _tile_values(raw, cols, in_vocab, row, tile, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
-                                           BLOCK, HAS_MASK, HAS_INDEX, HAS_MAP)
-            tile_max = tl.max(values, axis=0)
-            new_max = tl.maximum(run_max, tile_max)
-            safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-            tile_sum = tl.sum(tl.where(in_vocab, tl.exp(values - safe_max), 0.0), axis=0)
-            run_sum = run_sum * tl.exp(run_max - safe_max) + tile_sum
-            run_max = new_max
-            if tile == first_tile:
-                best = _best_of_tile(_tile_keys(values, allowed, cols, in_vocab, HAS_MASK), lanes, K)
-            else:
-                floor = tl.min(best, axis=0)
-                # A real floor (above every masked key) is beaten only by a larger value: this
-                # tile's ids are larger than every id already kept, so an equal value ranks below.
-                if (floor <= MASKED_KEY_TOP) | (tile_max > _key_value(floor)):
-                    keys = _tile_keys(values, allowed, cols, in_vocab, HAS_MASK)
-                    entering = tl.minimum(tl.sum((keys > floor).to(tl.int32), axis=0), K)
-                    for _ in range(entering):
-                        # The tile's best remaining key replaces the current floor if it beats it.
-                        top = tl.max(keys, axis=0)
-                        floor = tl.min(best, axis=0)
-                        best = tl.where(best == floor, tl.maximum(top, floor), best)
-                        keys = tl.where(keys == top, EMPTY_KEY, keys)
-        # Sorted (descending) for the merge's k-way heads.
-        sorted_best = best
-        for j in tl.static_range(K):
-            top = tl.max(tl.where(lanes < K, best, EMPTY_KEY), axis=0)
-            sorted_best = tl.where(lanes == j, top, sorted_best)
-            best = tl.where(best == top, EMPTY_KEY, best)
-        tl.store(cand_key_ptr + slot * K + lanes, sorted_best, mask=lanes < K)
-    else:  # one tile a program (tiles_per_chunk is 1): K passes over it
+            run_max, run_sum = _add_tile(raw, tile, row, vocab, sub_order_row, run_max, run_sum, mask_ptr, index_ptr, map_ptr,
+                                         num_masks, mask_width, BLOCK, SUB, HAS_MASK, HAS_INDEX, HAS_MAP)
+    else:  # one tile a program (tiles_per_chunk is 1): no loop, no read-ahead (fewer live scalars:
+        # the read-ahead's spilled SGPRs on gfx942 with Triton 3.6 in masked launches with a map)
         cols = chunk * BLOCK + tl.arange(0, BLOCK)
-        in_vocab = cols < vocab
-        raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=in_vocab, other=0.0)
-        values, allowed = _tile_values(raw, cols, in_vocab, row, chunk, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
-                                       BLOCK, HAS_MASK, HAS_INDEX, HAS_MAP)
-        run_max = tl.max(values, axis=0)
-        safe_max = tl.where(run_max == float("-inf"), 0.0, run_max)
-        run_sum = tl.sum(tl.where(in_vocab, tl.exp(values - safe_max), 0.0), axis=0)
-        # Each pass's key stored as it is found: collecting them in a list first measured 4-10%
-        # slower at k = 8 and 16 on the H100. Pass j keeps the best key strictly below pass j-1's;
-        # a tile with fewer than K valid lanes fills its tail with EMPTY_KEY (never merged: a row
-        # holds at least k keys).
-        keys = _tile_keys(values, allowed, cols, in_vocab, HAS_MASK)
-        for j in tl.static_range(K):
-            top = tl.max(keys, axis=0)
-            tl.store(cand_key_ptr + slot * K + j, top)
-            keys = tl.where(keys == top, EMPTY_KEY, keys)
-    tl.store(chunk_max_ptr + slot, run_max)
-    tl.store(chunk_sum_ptr + slot, run_sum)
+        raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=cols < vocab, other=0.0)
+        run_max, run_sum = _add_tile(raw, chunk, row, vocab, sub_order_row, run_max, run_sum, mask_ptr, index_ptr, map_ptr,
+                                     num_masks, mask_width, BLOCK, SUB, HAS_MASK, HAS_INDEX, HAS_MAP)
+    # Stored as their bits: all of the scratch is one int32 allocation (spec_hal.device_buffers.carve).
+    slot = row.to(tl.int64) * num_chunks + chunk
+    tl.store(chunk_max_ptr + slot, run_max.to(tl.int32, bitcast=True))
+    tl.store(chunk_sum_ptr + slot, run_sum.to(tl.int32, bitcast=True))
 
 
 @triton.jit
-def _merge_chunks_kernel(
+def _select_kernel(
+    logits_ptr,
+    stride_row,
+    stride_col,
+    vocab,
     chunk_max_ptr,
     chunk_sum_ptr,
-    cand_key_ptr,
+    sub_order_ptr,
+    num_chunks,
+    subs_per_row,
+    mask_ptr,
+    index_ptr,
+    map_ptr,
+    num_masks,
+    mask_width,
     token_map_ptr,
     probs_ptr,
     ids_ptr,
-    num_chunks,
     K: tl.constexpr,
+    K_PAD: tl.constexpr,
+    SUB: tl.constexpr,
     CHUNKS_PAD: tl.constexpr,
+    SUBS_PAD: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    HAS_INDEX: tl.constexpr,
+    HAS_MAP: tl.constexpr,
     HAS_TOKEN_MAP: tl.constexpr,
 ):
     row = tl.program_id(0)
+    row64 = row.to(tl.int64)
     chunks = tl.arange(0, CHUNKS_PAD)
     chunk_ok = chunks < num_chunks
-    base = row.to(tl.int64) * num_chunks
-    chunk_max = tl.load(chunk_max_ptr + base + chunks, mask=chunk_ok, other=float("-inf"))
-    chunk_sum = tl.load(chunk_sum_ptr + base + chunks, mask=chunk_ok, other=0.0)
+    chunk_max = tl.load(chunk_max_ptr + row64 * num_chunks + chunks, mask=chunk_ok, other=-8388608).to(tl.float32, bitcast=True)  # -inf
+    chunk_sum = tl.load(chunk_sum_ptr + row64 * num_chunks + chunks, mask=chunk_ok, other=0).to(tl.float32, bitcast=True)
     row_max = tl.max(chunk_max, axis=0)
     row_finite = row_max > float("-inf")
     safe_row_max = tl.where(row_finite, row_max, 0.0)
@@ -256,28 +277,51 @@ def _merge_chunks_kernel(
     # An all -inf row has no normaliser; 1.0 keeps the (discarded) division finite.
     normaliser = tl.where(row_finite, tl.sum(chunk_sum * scale, axis=0), 1.0)
 
-    # k-way merge: each chunk's keys are already sorted, so pass j compares only the chunks'
-    # current heads and advances the winning chunk (keys are unique: they contain the id). A row
-    # holds at least k real keys, so EMPTY_KEY is never emitted.
-    head = tl.zeros([CHUNKS_PAD], dtype=tl.int32)
+    # The row's K best sub-tiles by (max descending, index ascending); lanes past the row's
+    # sub-tiles stay -1 (a row of fewer than K sub-tiles still holds K ids, all in those it has).
+    subs = tl.arange(0, SUBS_PAD)
+    sub_ok = subs < subs_per_row
+    sub_orders = tl.load(sub_order_ptr + row64 * subs_per_row + subs, mask=sub_ok, other=0)
+    sub_keys = tl.where(sub_ok, _rank_keys(sub_orders, subs), EMPTY_KEY)
+    lanes = tl.arange(0, K_PAD)
+    picked = tl.full([K_PAD], -1, dtype=tl.int32)
     for j in tl.static_range(K):
-        head_keys = tl.load(cand_key_ptr + (base + chunks) * K + head, mask=chunk_ok & (head < K), other=EMPTY_KEY)
-        best = tl.max(head_keys, axis=0)
-        head += (head_keys == best).to(tl.int32)
+        top = tl.max(sub_keys, axis=0)
+        picked = tl.where((lanes == j) & (top > EMPTY_KEY), _key_id(top), picked)
+        sub_keys = tl.where(sub_keys == top, EMPTY_KEY, sub_keys)
+
+    # The K best ids among those sub-tiles' K * SUB ids, read again (K * SUB logits, not the row).
+    cols = picked[:, None] * SUB + tl.arange(0, SUB)[None, :]
+    in_vocab = (picked[:, None] >= 0) & (cols < vocab)
+    raw = tl.load(logits_ptr + row64 * stride_row + cols.to(tl.int64) * stride_col, mask=in_vocab, other=0.0)
+    if HAS_MASK and not HAS_MAP and SUB >= 32:
+        values, allowed = _logit_values(raw, cols, in_vocab, row, 0, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
+                                        SUB, False, HAS_INDEX, HAS_MAP, False)
+        allowed = in_vocab & _picked_allowed(mask_ptr, index_ptr, row, picked, num_masks, mask_width, K_PAD, SUB, HAS_INDEX)
+        values = tl.where(allowed, values, float("-inf"))
+    else:
+        values, allowed = _logit_values(raw, cols, in_vocab, row, 0, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
+                                        SUB, HAS_MASK, HAS_INDEX, HAS_MAP, False)
+    keys = tl.where(in_vocab, _rank_keys(_ordered(values), cols), EMPTY_KEY)
+    if HAS_MASK:
+        keys = tl.where(in_vocab & (allowed == 0), _masked_keys(cols), keys)
+    for j in tl.static_range(K):
+        best = tl.max(tl.max(keys, axis=1), axis=0)
+        keys = tl.where(keys == best, EMPTY_KEY, keys)
         prob = tl.where(row_finite & (best > MASKED_KEY_TOP), tl.exp(_key_value(best) - safe_row_max) / normaliser, 0.0)
         out_id = _key_id(best).to(tl.int64)
         if HAS_TOKEN_MAP:
             out_id = tl.load(token_map_ptr + out_id).to(tl.int64)
-        tl.store(probs_ptr + row.to(tl.int64) * K + j, prob)
-        tl.store(ids_ptr + row.to(tl.int64) * K + j, out_id)
+        tl.store(probs_ptr + row64 * K + j, prob)
+        tl.store(ids_ptr + row64 * K + j, out_id)
 
 
 @dataclass(frozen=True)
 class TopkLaunch:
     block: int
     tile_warps: int
-    merge_warps: int
     tiles_per_chunk: int
+    sub: int = 256  # sub-tile width (the selection reads k of them again); at most ``block``
 
     @property
     def chunked(self) -> bool:
@@ -286,22 +330,22 @@ class TopkLaunch:
     def chunks(self, vocab: int) -> int:
         return cdiv(cdiv(vocab, self.block), self.tiles_per_chunk)
 
+    def subs_per_row(self, vocab: int) -> int:
+        return cdiv(vocab, self.block) * (self.block // self.sub)
+
 
 MASKED_BLOCK = 2048  # widest tile of a masked launch
-# Long rows over few programs: 2048-id tiles in chunks of at least CHUNK_MIN_TILES (32K ids), about
-# CHUNK_PROGRAMS_PER_SM programs per SM. Measured on the H100 (bs 256, V 151936, k 4 / 8: 139.6 /
-# 236.8 us with one tile a program, 93.2 / 125.3 us chunked); shorter chunks (8 tiles at V 32000,
-# 5 of 4096 ids at bs 64) were slower than one tile a program: each chunk's first tiles still
-# need their k passes, and fewer programs hide less latency.
-# Unmasked launches of k <= CHUNK_MAX_K only: with k = 16 the running list spills 6-75 registers on
-# gfx90a/gfx942/gfx950, and the mask and map loads beside it keep an 8-16 B local frame on sm_80 /
-# sm_90 / sm_100 (offline compile matrix, Triton 3.9).
-# k = 1 has one selection pass a tile either way; chunks of it measured 3-8% slower at 21-25 tiles
-# (bs 128) and 6-9% faster at 32 or more (bs >= 256, V >= 128256).
-CHUNK_MIN_TILES = 16
-CHUNK_MIN_TILES_K1 = 32
+# Long rows over few programs: 2048-id tiles in chunks of at least CHUNK_MIN_TILES (64K ids), about
+# CHUNK_PROGRAMS_PER_SM programs per SM. Chunks measured 3-8% slower than one tile a program at
+# 21-25 tiles (bs 128) and 6-9% faster at 32 or more (bs >= 256, V >= 128256) on the H100. Masked
+# launches keep one tile a program: the mask loads of a chunk's read-ahead kept an 8-16 B local
+# frame on sm_80 / sm_90 / sm_100 (offline compile matrix, Triton 3.9).
+CHUNK_MIN_TILES = 32
 CHUNK_PROGRAMS_PER_SM = 2
-CHUNK_MAX_K = 8
+# Sub-tiles of SUB_WIDTH ids; a row has at most MAX_SUBS of them (the selection ranks them in one
+# tensor), so vocabularies over 2M ids take wider sub-tiles (up to the tile).
+SUB_WIDTH = 256
+MAX_SUBS = 8192
 
 
 def _padded(count: int) -> int:
@@ -309,29 +353,43 @@ def _padded(count: int) -> int:
     return max(next_power_of_2(count), 2)
 
 
-@functools.lru_cache(maxsize=1024)  # a pure function of (target, ints): computed once per shape
-def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = False, k: int = 1) -> TopkLaunch:
-    """Tile width, warps and tiles per chunk per target.
+def _sub_width(block: int, vocab: int) -> int:
+    return min(block, max(SUB_WIDTH, next_power_of_2(cdiv(vocab, MAX_SUBS))))
 
-    Large unmasked batches of long rows give each program a chunk of its row (``CHUNK_MIN_TILES``,
-    ``CHUNK_MAX_K``); other shapes give each program one tile, and small batches use narrower
-    tiles so that a row spreads over more programs (more SMs busy). AMD runs wave64, so the same
-    256 threads per program are 4 warps instead of 8. The interpreter runs one Python loop per program, so it takes the widest
-    tile, one per row. A masked launch has tiles of at most MASKED_BLOCK (the mask and map loads
-    spill at 16 elements per thread on sm_90).
+
+@functools.lru_cache(maxsize=1024)  # a pure function of (target, ints): computed once per shape
+def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = False) -> TopkLaunch:
+    """Tile width, warps, tiles per chunk and sub-tile width per target; the same for every k.
+
+    Large unmasked batches of long rows give each program a chunk of its row (``CHUNK_MIN_TILES``);
+    other shapes give each program one tile, and small batches use narrower tiles so that a row
+    spreads over more programs (more SMs busy). AMD runs wave64, so the same 256 threads per
+    program are 4 warps instead of 8. The interpreter runs one Python loop per program, so it takes
+    the widest tile, one per row, and sub-tiles of 256 ids at most. A masked launch has tiles of at
+    most MASKED_BLOCK (the mask and map loads spill at 16 elements per thread on sm_90).
     """
     if target.vendor == "interpreter":
-        return TopkLaunch(block=min(max(next_power_of_2(vocab), 16), 65536), tile_warps=1, merge_warps=1, tiles_per_chunk=1)
-    warps, merge_warps = target.warps(256), target.warps(128)
+        block = min(max(next_power_of_2(vocab), 16), 65536)
+        return TopkLaunch(block=block, tile_warps=1, tiles_per_chunk=1, sub=_sub_width(block, vocab))
+    warps = target.warps(256)
     tiles = cdiv(vocab, 2048)
     chunk_tiles = cdiv(tiles, max(1, min(tiles, cdiv(CHUNK_PROGRAMS_PER_SM * target.multiprocessors, max(rows, 1)))))
-    if chunk_tiles >= (CHUNK_MIN_TILES_K1 if k == 1 else CHUNK_MIN_TILES) and k <= CHUNK_MAX_K and not masked:
-        return TopkLaunch(block=2048, tile_warps=warps, merge_warps=merge_warps, tiles_per_chunk=chunk_tiles)
+    if chunk_tiles >= CHUNK_MIN_TILES and not masked:
+        return TopkLaunch(block=2048, tile_warps=warps, tiles_per_chunk=chunk_tiles, sub=_sub_width(2048, vocab))
     block = 2048 if rows * cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
     block = min(block, max(next_power_of_2(vocab), 128))
     if masked:
         block = min(block, MASKED_BLOCK)
-    return TopkLaunch(block=block, tile_warps=warps, merge_warps=merge_warps, tiles_per_chunk=1)
+    return TopkLaunch(block=block, tile_warps=warps, tiles_per_chunk=1, sub=_sub_width(block, vocab))
+
+
+def select_warps(target: KernelTarget, k: int, sub: int) -> int:
+    """Warps of ``_select_kernel``: about 8 of the picked sub-tiles' ids a thread (128 to 512
+    threads). With 32 a thread (128 threads, k = 16) the masked selection spilled 81-135
+    registers on gfx942 and kept a 16 B local frame on sm_90."""
+    if target.vendor == "interpreter":
+        return 1
+    return target.warps(min(512, max(128, _padded(k) * sub // 8)))
 
 
 def draft_topk(
@@ -344,104 +402,118 @@ def draft_topk(
     out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
     target: KernelTarget,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton provider of ``draft_topk`` (arguments validated by the caller; see spec_hal.topk)."""
+    """Triton provider of ``draft_topk`` (arguments validated by the caller; see spec_hal.topk).
+    Rows past 8192 sub-tiles of a whole tile (over 33M ids at 4096-id tiles) take the reference."""
     rows, vocab = logits.shape
     device = logits.device
+    has_mask = token_bitmask is not None
+    config = launch_config(target, rows, vocab, has_mask)
+    subs_per_row = config.subs_per_row(vocab)
+    if subs_per_row > MAX_SUBS:
+        from spec_hal.topk import draft_topk as reference
+        return reference(logits, k, token_map=token_map, token_bitmask=token_bitmask, bitmask_index=bitmask_index, out=out)
     if out is None:
         out = (torch.empty((rows, k), dtype=torch.float32, device=device), torch.empty((rows, k), dtype=torch.int64, device=device))
     if rows == 0:
         return out[0], out[1]
-    has_mask = token_bitmask is not None
-    config = launch_config(target, rows, vocab, has_mask, k)
     num_chunks = config.chunks(vocab)
     if token_map is not None:
         token_map = token_map.contiguous()  # indexed with unit stride (a no-op for the usual map)
-    # Scratch comes from torch's caching allocator: no device malloc per call, capture-safe.
-    chunk_max = torch.empty((rows, num_chunks), dtype=torch.float32, device=device)
-    chunk_sum = torch.empty((rows, num_chunks), dtype=torch.float32, device=device)
-    cand_keys = torch.empty((rows, num_chunks, k), dtype=torch.int64, device=device)
+    # Scratch from torch's caching allocator (no device malloc per call, capture-safe), one piece.
+    chunk_max, chunk_sum, sub_orders = int32_parts((rows * num_chunks, rows * num_chunks, rows * subs_per_row), device)
     mask = token_bitmask.contiguous() if has_mask else chunk_max  # placeholders, never read
-    _chunk_topk_kernel[(rows, num_chunks)](
-        logits, logits.stride(0), logits.stride(1), vocab,
-        chunk_max, chunk_sum, cand_keys, num_chunks, config.tiles_per_chunk,
-        mask, bitmask_index if bitmask_index is not None else mask, token_map if has_mask and token_map is not None else mask,
-        mask.shape[0] if has_mask else 0, mask.shape[1] if has_mask else 0,
-        K=k, K_PAD=next_power_of_2(k), BLOCK=config.block, CHUNKED=config.chunked, HAS_MASK=has_mask, HAS_INDEX=bitmask_index is not None,
-        HAS_MAP=has_mask and token_map is not None, num_warps=config.tile_warps,
+    index = bitmask_index if bitmask_index is not None else mask
+    mask_map = token_map if has_mask and token_map is not None else mask
+    num_masks, mask_width = (mask.shape[0], mask.shape[1]) if has_mask else (0, 0)
+    flags = dict(HAS_MASK=has_mask, HAS_INDEX=bitmask_index is not None, HAS_MAP=has_mask and token_map is not None)
+    _chunk_stats_kernel[(rows, num_chunks)](
+        logits, logits.stride(0), logits.stride(1), vocab, chunk_max, chunk_sum, sub_orders, num_chunks, config.tiles_per_chunk,
+        subs_per_row, mask, index, mask_map, num_masks, mask_width, BLOCK=config.block, SUB=config.sub, CHUNKED=config.chunked, **flags,
+        num_warps=config.tile_warps,
     )
-    _merge_chunks_kernel[(rows,)](
-        chunk_max, chunk_sum, cand_keys,
+    _select_kernel[(rows,)](
+        logits, logits.stride(0), logits.stride(1), vocab, chunk_max, chunk_sum, sub_orders, num_chunks, subs_per_row,
+        mask, index, mask_map, num_masks, mask_width,
         token_map if token_map is not None else chunk_max,  # placeholder pointer, never read
-        out[0], out[1], num_chunks,
-        K=k, CHUNKS_PAD=_padded(num_chunks), HAS_TOKEN_MAP=token_map is not None,
-        num_warps=config.merge_warps,
+        out[0], out[1],
+        K=k, K_PAD=_padded(k), SUB=config.sub, CHUNKS_PAD=_padded(num_chunks), SUBS_PAD=_padded(subs_per_row), **flags,
+        HAS_TOKEN_MAP=token_map is not None, num_warps=select_warps(target, k, config.sub),
     )
     return out[0], out[1]
 
 
-PROVIDERS = {"draft_topk": (draft_topk, "kernels/topk.py: chunk top-k above a running floor + merge, 2 launches")}
+PROVIDERS = {"draft_topk": (draft_topk, "kernels/topk.py: chunk statistics and sub-tile maxima, then the k best sub-tiles read again, 2 launches")}
 
 _LOGIT_TYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 
 
-# (HAS_MASK, HAS_INDEX, HAS_MAP, index pointer type, map pointer type) of the chunk kernel's launches.
-_MASKINGS = ((False, False, False, "*fp32", "*fp32"), (True, False, False, "*i32", "*i32"), (True, True, False, "*i32", "*i32"),
+# (HAS_MASK, HAS_INDEX, HAS_MAP, index pointer type, map pointer type) of the launches. Without a
+# mask the placeholders are the int32 scratch.
+_MASKINGS = ((False, False, False, "*i32", "*i32"), (True, False, False, "*i32", "*i32"), (True, True, False, "*i32", "*i32"),
              (True, True, True, "*i64", "*i64"), (True, True, True, "*i32", "*i32"))
 
 
-def _chunk_signature(logit_type: str, k: int, config: TopkLaunch, vocab: int, has_mask, has_index, has_map, index_type, map_type):
-    """(signature, constexprs, runtime int values) of one ``_chunk_topk_kernel`` launch."""
-    mask_type = "*i32" if has_mask else "*fp32"
+def _mask_signature(has_mask, has_index, has_map, index_type, map_type) -> dict:
+    return {"mask_ptr": "*i32", "index_ptr": index_type if has_index else "*i32", "map_ptr": map_type if has_map else "*i32",
+            "num_masks": "i32", "mask_width": "i32"}
+
+
+def _stats_spec(target: KernelTarget, logit_type: str, config: TopkLaunch, vocab: int, masking, specialized: bool):
+    has_mask, has_index, has_map = masking[:3]
     signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
-                 "chunk_max_ptr": "*fp32", "chunk_sum_ptr": "*fp32", "cand_key_ptr": "*i64", "num_chunks": "i32",
-                 "tiles_per_chunk": "i32", "mask_ptr": mask_type, "index_ptr": index_type if has_index else mask_type,
-                 "map_ptr": map_type if has_map else mask_type, "num_masks": "i32", "mask_width": "i32", "K": "constexpr",
-                 "K_PAD": "constexpr", "BLOCK": "constexpr", "CHUNKED": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr",
+                 "chunk_max_ptr": "*i32", "chunk_sum_ptr": "*i32", "sub_order_ptr": "*i32", "num_chunks": "i32",
+                 "tiles_per_chunk": "i32", "subs_per_row": "i32", **_mask_signature(*masking),
+                 "BLOCK": "constexpr", "SUB": "constexpr", "CHUNKED": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr",
                  "HAS_MAP": "constexpr"}
-    constexprs = {"K": k, "K_PAD": next_power_of_2(k), "BLOCK": config.block, "CHUNKED": config.chunked, "HAS_MASK": has_mask,
-                  "HAS_INDEX": has_index, "HAS_MAP": has_map}
-    width = cdiv(vocab, 32) if has_mask else 0
-    values = {"stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_chunks": config.chunks(vocab),
-              "tiles_per_chunk": config.tiles_per_chunk, "num_masks": 64 if has_mask else 0, "mask_width": width}
-    return signature, constexprs, values
+    constexprs = {"BLOCK": config.block, "SUB": config.sub, "CHUNKED": config.chunked, "HAS_MASK": has_mask, "HAS_INDEX": has_index,
+                  "HAS_MAP": has_map}
+    if not specialized:
+        return (_chunk_stats_kernel, signature, constexprs, config.tile_warps)
+    return runtime_specialized(target, _chunk_stats_kernel, signature, constexprs, config.tile_warps, values={
+        "stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_chunks": config.chunks(vocab), "tiles_per_chunk": config.tiles_per_chunk,
+        "subs_per_row": config.subs_per_row(vocab), "num_masks": 64 if has_mask else 0, "mask_width": cdiv(vocab, 32) if has_mask else 0})
+
+
+def _select_spec(target: KernelTarget, logit_type: str, k: int, config: TopkLaunch, vocab: int, masking, token_map_type,
+                 specialized: bool):
+    has_mask, has_index, has_map = masking[:3]
+    signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
+                 "chunk_max_ptr": "*i32", "chunk_sum_ptr": "*i32", "sub_order_ptr": "*i32", "num_chunks": "i32", "subs_per_row": "i32",
+                 **_mask_signature(*masking), "token_map_ptr": token_map_type or "*i32", "probs_ptr": "*fp32", "ids_ptr": "*i64",
+                 "K": "constexpr", "K_PAD": "constexpr", "SUB": "constexpr", "CHUNKS_PAD": "constexpr", "SUBS_PAD": "constexpr",
+                 "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "HAS_MAP": "constexpr", "HAS_TOKEN_MAP": "constexpr"}
+    constexprs = {"K": k, "K_PAD": _padded(k), "SUB": config.sub, "CHUNKS_PAD": _padded(config.chunks(vocab)),
+                  "SUBS_PAD": _padded(config.subs_per_row(vocab)), "HAS_MASK": has_mask, "HAS_INDEX": has_index, "HAS_MAP": has_map,
+                  "HAS_TOKEN_MAP": token_map_type is not None}
+    if not specialized:
+        return (_select_kernel, signature, constexprs, select_warps(target, k, config.sub))
+    return runtime_specialized(target, _select_kernel, signature, constexprs, select_warps(target, k, config.sub), values={
+        "stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_chunks": config.chunks(vocab), "subs_per_row": config.subs_per_row(vocab),
+        "num_masks": 64 if has_mask else 0, "mask_width": cdiv(vocab, 32) if has_mask else 0})
 
 
 def compile_specs(target: KernelTarget):
     """Every distinct (kernel, signature, constexprs, num_warps[, attrs]) the host function launches
-    on ``target``: each launch config, each logits dtype, and the smallest and largest k (k sets
-    the candidate list's width and how many passes are unrolled, so these bound register use; a
-    chunked launch's largest k is CHUNK_MAX_K); each generic (misaligned pointers) and as Triton specialises it at run time for
-    contiguous logits (``launch.runtime_specialized``: the unit column stride is a constexpr)."""
+    on ``target``: each launch config (one tile a program, chunked, masked, a short row), each
+    masking and token map, each generic (misaligned pointers) and as Triton specialises it at run
+    time for contiguous logits (``launch.runtime_specialized``: the unit column stride is a
+    constexpr). The statistics kernel is the same for every k; the selection kernel is compiled
+    for the smallest and largest k (k sets its unrolled passes and the picked sub-tiles' width,
+    so these bound register use), with every logits dtype at the production shape."""
     specs = {}
     for rows, vocab in ((1, 151936), (256, 151936), (1, 127)):
-        for k in (1, CHUNK_MAX_K, MAX_TOPK):
-            for logit_type in _LOGIT_TYPES:
-                for masking in _MASKINGS:
-                    config = launch_config(target, rows, vocab, masking[0], k)
-                    if k == CHUNK_MAX_K and not config.chunked:
-                        continue  # one tile a program: bounded by k = 1 and MAX_TOPK
-                    signature, constexprs, values = _chunk_signature(logit_type, k, config, vocab, *masking)
-                    key = ("chunk", logit_type, k, config.block, config.chunked, config.tile_warps, masking)
-                    specs[key] = (_chunk_topk_kernel, signature, constexprs, config.tile_warps)
-                    specs[key + (vocab,)] = runtime_specialized(target, _chunk_topk_kernel, signature, constexprs, config.tile_warps,
-                                                                values=values)
-            # Without a token map the placeholder pointer is chunk_max (fp32). A masked launch
-            # has narrower tiles (MASKED_BLOCK), so possibly more chunks to merge.
-            for masked in (False, True):
-                config = launch_config(target, rows, vocab, masked, k)
-                if k == CHUNK_MAX_K and not config.chunked:
-                    continue  # bounded by k = 1 and MAX_TOPK, as the chunk kernel above
-                chunks = config.chunks(vocab)
-                for map_type, has_map in (("i32", True), ("i64", True), ("fp32", False)):
-                    signature = {"chunk_max_ptr": "*fp32", "chunk_sum_ptr": "*fp32", "cand_key_ptr": "*i64",
-                                 "token_map_ptr": f"*{map_type}", "probs_ptr": "*fp32",
-                                 "ids_ptr": "*i64", "num_chunks": "i32", "K": "constexpr", "CHUNKS_PAD": "constexpr",
-                                 "HAS_TOKEN_MAP": "constexpr"}
-                    constexprs = {"K": k, "CHUNKS_PAD": _padded(chunks), "HAS_TOKEN_MAP": has_map}
-                    key = ("merge", map_type, k, _padded(chunks), config.merge_warps)
-                    specs[key] = (_merge_chunks_kernel, signature, constexprs, config.merge_warps)
-                    specs[key + (chunks,)] = runtime_specialized(target, _merge_chunks_kernel, signature, constexprs, config.merge_warps,
-                                                                 values={"num_chunks": chunks})
+        production = rows == 256
+        for logit_type in (_LOGIT_TYPES if production else ("fp32", "bf16")):
+            for masking in _MASKINGS:
+                config = launch_config(target, rows, vocab, masking[0])
+                for specialized in (False, True):
+                    key = ("stats", logit_type, config, vocab if specialized else None, masking)
+                    specs[key] = _stats_spec(target, logit_type, config, vocab, masking, specialized)
+                    for k in (1, MAX_TOPK):
+                        token_maps = (masking[4],) if masking[2] else (None, "*i64") if production else (None,)
+                        for token_map_type in token_maps:
+                            key = ("select", logit_type, k, config, vocab if specialized else None, masking, token_map_type)
+                            specs[key] = _select_spec(target, logit_type, k, config, vocab, masking, token_map_type, specialized)
     return list(specs.values())
 
 
@@ -451,6 +523,7 @@ def describe_launch(target: KernelTarget) -> list[str]:
         config = launch_config(target, rows, vocab)
         lines.append(
             f"draft_topk bs={rows} V={vocab}: BLOCK={config.block}, {cdiv(vocab, config.block)} tiles/row in "
-            f"{config.chunks(vocab)} chunks, {config.tile_warps} warps x {target.warp_size} lanes, merge {config.merge_warps} warps"
+            f"{config.chunks(vocab)} chunks, sub-tiles of {config.sub}, {config.tile_warps} warps x {target.warp_size} lanes; "
+            f"selection {select_warps(target, 1, config.sub)}-{select_warps(target, MAX_TOPK, config.sub)} warps (k = 1-{MAX_TOPK})"
         )
     return lines

@@ -1,13 +1,16 @@
-"""``draft_topk``'s chunk kernel over several tiles per program: the running candidate list, its
-floor and the tiles it skips (kernels/topk.py).
+"""``draft_topk``'s two kernels with several tiles per program and several sub-tiles per tile
+(kernels/topk.py): the chunk statistics, the sub-tile maxima and the selection that reads the k
+best sub-tiles again.
 
-The interpreter's own launch config gives every row one tile, so the conformance suite never
-carries a candidate list from one tile to the next there. This test launches the kernels through
-the interpreter with 32-id tiles, 1, 3 and all tiles per chunk, on logits chosen to make the
-floor matter (ascending rows enter every tile, descending rows skip all but the first, heavy ties
-sit on the floor's value, NaN/inf, all -inf and all-NaN rows, masks with fewer allowed tokens than
-k, a token map), and compares ids bit for bit and probabilities within the suite's tolerance with
-the cpu reference. Runs in a fresh process: TRITON_INTERPRET must be set before kernels are defined.
+The interpreter's own launch config gives every row one tile of at most 256-id sub-tiles, so the
+conformance suite never merges chunks or ranks small sub-tiles there. This test launches the
+kernels through the interpreter with 32-id tiles, 1, 3 and all tiles per chunk, and 32-, 8- and
+16-id sub-tiles, on logits chosen to make the sub-tile order matter (ascending and descending
+rows, heavy ties between sub-tile maxima, NaN/inf, all -inf and all-NaN rows, masks with fewer
+allowed tokens than k and a row allowing nothing, a token map), and compares ids bit for bit and
+probabilities within the suite's tolerance with the cpu reference. Reversing the sub-tiles' tie
+order (index descending) fails it. Runs in a fresh process: TRITON_INTERPRET must be set before
+kernels are defined.
 """
 import textwrap
 
@@ -21,10 +24,10 @@ PROBE = textwrap.dedent("""
 
     default_launch = kt.launch_config
 
-    def launch_with(tiles_per_chunk):
-        def launch(target, rows, vocab, masked=False, k=1):
+    def launch_with(tiles_per_chunk, sub):
+        def launch(target, rows, vocab, masked=False):
             tiles = -(-vocab // 32)
-            return kt.TopkLaunch(block=32, tile_warps=1, merge_warps=1, tiles_per_chunk=min(tiles_per_chunk, tiles))
+            return kt.TopkLaunch(block=32, tile_warps=1, tiles_per_chunk=min(tiles_per_chunk, tiles), sub=sub)
         return launch
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
@@ -58,8 +61,8 @@ PROBE = textwrap.dedent("""
         "masked token map": {"token_map": token_map, "token_bitmask": pack_bitmask(allowed[:, token_map.argsort()])},
     }
     results = {}
-    for tiles_per_chunk in (1, 3, 5):
-        kt.launch_config = launch_with(tiles_per_chunk)
+    for tiles_per_chunk, sub in ((1, 32), (3, 8), (5, 16)):
+        kt.launch_config = launch_with(tiles_per_chunk, sub)
         for name, args in cases.items():
             args = dict(args)
             x = logits.to(args.pop("dtype", torch.float32))
@@ -67,12 +70,12 @@ PROBE = textwrap.dedent("""
                 want, got = reference.draft_topk(x, k, **args), kernels.draft_topk(x, k, **args)
                 same_ids = torch.equal(want[1], got[1])
                 close = torch.allclose(want[0], got[0], rtol=1e-5, atol=1e-7)
-                results[f"tiles_per_chunk={tiles_per_chunk} {name} k={k}"] = bool(same_ids and close)
+                results[f"tiles_per_chunk={tiles_per_chunk} sub={sub} {name} k={k}"] = bool(same_ids and close)
     print(json.dumps(results))
 """)
 
 
-def test_chunked_candidate_lists_match_the_reference():
+def test_chunks_and_sub_tiles_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
     assert len(results) == 3 * 6 * 4
     assert all(results.values()), {case: same for case, same in results.items() if not same}

@@ -65,17 +65,18 @@ def test_draft_topk_matches_reference(backend, vocab, k, rows, dtype):
     _check_invariants(logits_cpu, k, probs, ids)
 
 
-# Long rows in a large batch: on a GPU each program then owns a chunk of many tiles of its row and
-# keeps its k best above a running floor (kernels/topk.py, unmasked k <= 8: 320 rows of 40,000 ids
-# are 20-tile chunks on a 132-SM H100); the grid above gives every program one tile. An ascending
-# row beats the floor in every tile; bfloat16 rounding and the "ties" rows put equal values on it.
+# Long rows in a large batch: on a GPU each program then owns a chunk of many tiles of its row
+# (kernels/topk.py, unmasked: 320 rows of 66,000 ids are 33-tile chunks on a 132-SM H100); the grid
+# above gives every program one tile. The selection then reads each row's k best 256-id sub-tiles
+# again: an ascending row puts them all at the end, and bfloat16 rounding and the "ties" rows put
+# equal maxima on many sub-tiles, where the lower index must win.
 @pytest.mark.parametrize("k, dtype, masked", [(1, torch.float32, False), (4, torch.bfloat16, False), (8, torch.float32, False),
                                               (16, torch.float32, False), (8, torch.float32, True)],
                          ids=["k1-float32", "k4-bfloat16", "k8-float32", "k16-float32", "k8-masked"])
 def test_draft_topk_large_batch_long_rows(backend, k, dtype, masked):
     from spec_hal.masks import pack_bitmask
 
-    rows, vocab = 320, 40000
+    rows, vocab = 320, 66000
     logits_cpu = logits_rows(rows, vocab, seed=29 + k, dtype=dtype)
     logits_cpu[5] = torch.arange(vocab, dtype=torch.float32).to(dtype)
     device_kwargs, reference_kwargs = {}, {}
