@@ -42,12 +42,11 @@ def mask_row_base(index_ptr, rows, ok, num_masks, width, HAS_INDEX: tl.constexpr
 def token_allowed(mask_ptr, base, constrained, tokens, ok, width):
     """Bit ``tokens`` of the mask words at ``base`` (shapes broadcast); True where unconstrained.
     A token outside [0, 32 * width) is not allowed at a constrained row."""
-    in_range = (tokens >= 0) & (tokens.to(tl.int64) < width * 32)
-    # In range, a token fits an int32 (the mask's width does): the word and bit in 32-bit math.
-    token = tl.where(in_range, tokens, 0).to(tl.int32)
+    tokens = tokens.to(tl.int64)
+    in_range = (tokens >= 0) & (tokens < width * 32)
     load = ok & constrained & in_range
-    word = tl.load(mask_ptr + base + (token >> 5), mask=load, other=0)
-    bit = (word >> (token & 31)) & 1
+    word = tl.load(mask_ptr + base + tl.where(in_range, tokens >> 5, 0), mask=load, other=0)
+    bit = (word >> tl.where(in_range, tokens & 31, 0).to(tl.int32)) & 1
     return tl.where(constrained, in_range & (bit != 0), True)
 
 
