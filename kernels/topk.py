@@ -21,9 +21,10 @@ id. Either way m_p ranks above e (value descending, id ascending), and there are
 a mask, a sub-tile of masked ids has a max below -inf, and masked ids rank below every allowed
 one, so the argument holds for them too.
 
-Before (to 2026-11-26) launch 1 kept each chunk's k best in a running list above a floor: every
-tile whose max beat the floor paid k-dependent insertions, about k * ln(tiles) per chunk, so
-k = 4 and 8 ran at 30-55% of copy bandwidth where k = 1 ran at 64-88%.
+Until 2026-11-26 launch 1 ran k selection passes per tile (or, in chunks, k-dependent insertions
+into a running list for every tile that beat its floor), so at bs >= 64 on the H100 k = 4 read
+the logits at 24-68% of copy bandwidth and k = 8 at 15-50%, where k = 1 reached 39-89%; with the
+sub-tiles k = 4 and 8 take 0.35-0.83x of that time (BENCHMARKS.md, thirteenth session).
 
 Ranking is by (value descending, id ascending), encoded in an int64 rank key so that one integer
 max-reduction selects the next element: ties go to the lower id, no element is selected twice,
