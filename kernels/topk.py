@@ -343,19 +343,16 @@ MASKED_BLOCK = 2048  # widest tile of a masked launch
 # frame on sm_80 / sm_90 / sm_100 (offline compile matrix, Triton 3.9).
 CHUNK_MIN_TILES = 32
 CHUNK_PROGRAMS_PER_SM = 2
-# Sub-tiles of SUB_WIDTH ids; a row has at most MAX_SUBS of them (the selection ranks them in one
-# tensor), so vocabularies over 2M ids take wider sub-tiles (up to the tile).
+# Sub-tiles of SUB_WIDTH ids (fewer in a narrower tile). The selection ranks a row's sub-tile
+# maxima in one tensor of at most MAX_SUBS (compiled clean on all six targets at that size), so
+# rows over 524,288 ids (no known draft vocabulary) take the reference instead.
 SUB_WIDTH = 256
-MAX_SUBS = 8192
+MAX_SUBS = 2048
 
 
 def _padded(count: int) -> int:
     """Power-of-two extent (at least 2) for a tl.arange over ``count`` items."""
     return max(next_power_of_2(count), 2)
-
-
-def _sub_width(block: int, vocab: int) -> int:
-    return min(block, max(SUB_WIDTH, next_power_of_2(cdiv(vocab, MAX_SUBS))))
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of (target, ints): computed once per shape
@@ -371,17 +368,17 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
     """
     if target.vendor == "interpreter":
         block = min(max(next_power_of_2(vocab), 16), 65536)
-        return TopkLaunch(block=block, tile_warps=1, tiles_per_chunk=1, sub=_sub_width(block, vocab))
+        return TopkLaunch(block=block, tile_warps=1, tiles_per_chunk=1, sub=min(block, SUB_WIDTH))
     warps = target.warps(256)
     tiles = cdiv(vocab, 2048)
     chunk_tiles = cdiv(tiles, max(1, min(tiles, cdiv(CHUNK_PROGRAMS_PER_SM * target.multiprocessors, max(rows, 1)))))
     if chunk_tiles >= CHUNK_MIN_TILES and not masked:
-        return TopkLaunch(block=2048, tile_warps=warps, tiles_per_chunk=chunk_tiles, sub=_sub_width(2048, vocab))
+        return TopkLaunch(block=2048, tile_warps=warps, tiles_per_chunk=chunk_tiles, sub=SUB_WIDTH)
     block = 2048 if rows * cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
     block = min(block, max(next_power_of_2(vocab), 128))
     if masked:
         block = min(block, MASKED_BLOCK)
-    return TopkLaunch(block=block, tile_warps=warps, tiles_per_chunk=1, sub=_sub_width(block, vocab))
+    return TopkLaunch(block=block, tile_warps=warps, tiles_per_chunk=1, sub=min(block, SUB_WIDTH))
 
 
 def select_warps(target: KernelTarget, k: int, sub: int) -> int:
@@ -404,7 +401,7 @@ def draft_topk(
     target: KernelTarget,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton provider of ``draft_topk`` (arguments validated by the caller; see spec_hal.topk).
-    Rows past 8192 sub-tiles of a whole tile (over 33M ids at 4096-id tiles) take the reference."""
+    Rows of more than MAX_SUBS sub-tiles (over 524,288 ids) take the reference."""
     rows, vocab = logits.shape
     device = logits.device
     has_mask = token_bitmask is not None
@@ -445,7 +442,7 @@ def draft_topk(
 
 PROVIDERS = {"draft_topk": (draft_topk, "kernels/topk.py: chunk statistics and sub-tile maxima, then the k best sub-tiles read again, 2 launches")}
 
-_LOGIT_TYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
+_LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
 
 
 # (HAS_MASK, HAS_INDEX, HAS_MAP, index pointer type, map pointer type) of the launches. Without a
@@ -502,10 +499,11 @@ def compile_specs(target: KernelTarget):
     for the smallest and largest k (k sets its unrolled passes and the picked sub-tiles' width,
     so these bound register use), with every logits dtype at the production shape."""
     specs = {}
-    for rows, vocab in ((1, 151936), (256, 151936), (1, 127)):
+    for rows, vocab in ((1, 151936), (256, 151936), (1, 127), (64, MAX_SUBS * SUB_WIDTH)):
         production = rows == 256
-        for logit_type in (_LOGIT_TYPES if production else ("fp32", "bf16")):
-            for masking in _MASKINGS:
+        widest = vocab == MAX_SUBS * SUB_WIDTH  # the most sub-tile maxima the selection ranks
+        for logit_type in (_LOGIT_TYPES if production else ("fp32",) if widest else ("fp32", "bf16")):
+            for masking in (_MASKINGS[:2] if widest else _MASKINGS):
                 config = launch_config(target, rows, vocab, masking[0])
                 for specialized in (False, True):
                     key = ("stats", logit_type, config, vocab if specialized else None, masking)

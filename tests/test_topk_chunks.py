@@ -71,11 +71,16 @@ PROBE = textwrap.dedent("""
                 same_ids = torch.equal(want[1], got[1])
                 close = torch.allclose(want[0], got[0], rtol=1e-5, atol=1e-7)
                 results[f"tiles_per_chunk={tiles_per_chunk} sub={sub} {name} k={k}"] = bool(same_ids and close)
+    # Rows of more sub-tiles than the selection ranks take the reference (20 sub-tiles of 8 ids here).
+    kt.launch_config = launch_with(1, 8)
+    kt.MAX_SUBS = 4
+    want, got = reference.draft_topk(logits, 5), kernels.draft_topk(logits, 5)
+    results["over MAX_SUBS"] = bool(torch.equal(want[1], got[1]) and torch.allclose(want[0], got[0], rtol=1e-5, atol=1e-7))
     print(json.dumps(results))
 """)
 
 
 def test_chunks_and_sub_tiles_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 3 * 6 * 4
+    assert len(results) == 3 * 6 * 4 + 1
     assert all(results.values()), {case: same for case, same in results.items() if not same}
