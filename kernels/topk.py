@@ -420,7 +420,7 @@ def draft_topk(
     # Scratch from torch's caching allocator (no device malloc per call, capture-safe), one piece.
     chunk_max, chunk_sum, sub_orders = int32_parts((rows * num_chunks, rows * num_chunks, rows * subs_per_row), device)
     mask = token_bitmask.contiguous() if has_mask else chunk_max  # placeholders, never read
-    index = bitmask_index if bitmask_index is not None else mask
+    index = bitmask_index.contiguous() if bitmask_index is not None else mask  # read with unit stride
     mask_map = token_map if has_mask and token_map is not None else mask
     num_masks, mask_width = (mask.shape[0], mask.shape[1]) if has_mask else (0, 0)
     flags = dict(HAS_MASK=has_mask, HAS_INDEX=bitmask_index is not None, HAS_MAP=has_mask and token_map is not None)

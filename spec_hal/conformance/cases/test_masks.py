@@ -127,6 +127,24 @@ def test_draft_topk_masked(backend, vocab, k, indexed, mapped):
                 assert allowed[row, int(target_ids[row, slot])], f"row {row}: masked token {int(target_ids[row, slot])} has probability > 0"
 
 
+@pytest.mark.spec_hal_op("draft_topk")
+def test_draft_topk_masked_strided_index(backend):
+    """A strided ``bitmask_index`` (every other element of a wider tensor, -5 in between: read
+    with unit stride it would leave rows unconstrained) selects the same ids as the reference."""
+    rows, vocab, k = 11, 100, 4
+    logits = logits_rows(rows, vocab, seed=17)
+    bitmask, index, _ = random_bitmask(rows, vocab, seed=19, indexed=True, density=0.3)
+    expected = topk_reference.draft_topk(logits, k, token_bitmask=bitmask, bitmask_index=index)
+    device = backend.device
+    wide = torch.full((rows, 2), -5, dtype=index.dtype, device=device)
+    wide[:, 0] = index.to(device)
+    strided = wide[:, 0]
+    assert strided.stride() == (2,)
+    probs, ids = backend.draft_topk(logits.to(device), k, token_bitmask=bitmask.to(device), bitmask_index=strided)
+    assert torch.equal(ids.cpu(), expected[1]), f"ids differ:\n got  {ids.cpu().tolist()}\n want {expected[1].tolist()}"
+    assert_close("draft_topk", "probs", probs, expected[0], input_dtype=torch.float32)
+
+
 # ----------------------------------------------------------------------------------------------
 # verification
 
