@@ -7,8 +7,9 @@ Device helpers other kernels import (``from .masks import mask_row_base, token_a
 * ``token_allowed(mask_ptr, base, constrained, tokens, ok, width)``: the bit of ``tokens`` in
   the row's mask; True where the row is unconstrained. An unconstrained row loads nothing, so
   rows without a grammar cost no memory traffic.
-* ``tile_words`` + ``words_allowed`` ((R,) rows' tiles of ids, the load apart from the bit test)
-  and ``tile_allowed`` (both, for one row): each mask word loaded once, contiguously.
+* ``tile_words`` + ``words_allowed`` ((R,) rows' tiles of ids, at one start for all rows or one
+  per row; the load apart from the bit test) and ``tile_allowed`` (both, for one row): each mask
+  word loaded once, contiguously.
 
 ``_apply_bitmask_kernel`` (grid: rows x tiles) never reads the logits: it stores -inf where a
 constrained row's bit is clear, so it moves V/32 words per constrained row and nothing for
@@ -53,13 +54,13 @@ def token_allowed(mask_ptr, base, constrained, tokens, ok, width):
 @triton.jit
 def tile_words(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexpr):
     """The BLOCK // 32 mask words of ids ``first_col + arange(BLOCK)`` of each row (``first_col``
-    a multiple of 32; BLOCK a power of two >= 32; ``base``, ``constrained``: (R,)), as (R, BLOCK // 32)
-    int32: one contiguous load per row. An unconstrained row's words are all ones, so that
-    ``words_allowed`` needs no per-id select; a constrained row's words past the mask's width
-    are 0 (nothing allowed there). Loaded apart from ``words_allowed`` so that a loop can issue
-    them a tile ahead."""
-    word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)
-    words = tl.load(mask_ptr + base[:, None] + word_ids[None, :], mask=constrained[:, None] & (word_ids[None, :] < width), other=0)
+    a multiple of 32, one for all rows (a scalar) or one per row ((R, 1)); BLOCK a power of two
+    >= 32; ``base``, ``constrained``: (R,)), as (R, BLOCK // 32) int32: one contiguous load per
+    row. An unconstrained row's words are all ones, so that ``words_allowed`` needs no per-id
+    select; a constrained row's words past the mask's width are 0 (nothing allowed there) and
+    never loaded. Loaded apart from ``words_allowed`` so that a loop can issue them a tile ahead."""
+    word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)[None, :]
+    words = tl.load(mask_ptr + base[:, None] + word_ids, mask=constrained[:, None] & (word_ids < width), other=0)
     return tl.where(constrained[:, None], words, -1)
 
 

@@ -44,7 +44,7 @@ from spec_hal.device_buffers import int32_parts
 from spec_hal.topk import MAX_TOPK
 
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .masks import mask_row_base, tile_allowed, token_allowed, words_allowed
+from .masks import mask_row_base, tile_allowed, tile_words, token_allowed, words_allowed
 
 # Rank key below every real one (masked lanes, empty slots); the lowest real key, -inf with id
 # 2**31 - 1, is about -9.19e18.
@@ -148,18 +148,17 @@ def _sub_tile_orders(values, allowed, in_vocab, BLOCK: tl.constexpr, SUB: tl.con
 def _picked_allowed(mask_ptr, index_ptr, row, picked, num_masks, mask_width, K_PAD: tl.constexpr, SUB: tl.constexpr,
                     HAS_INDEX: tl.constexpr):
     """(K_PAD, SUB) flags: whether the row's mask allows each id of the picked sub-tiles (``picked``:
-    sub-tile indices, -1 for none), from each sub-tile's SUB // 32 words in one contiguous load (a
-    word load per id kept a local frame at k = 16 on sm_90). Words past the mask's width are 0
-    (nothing allowed there); an unconstrained row allows everything."""
+    sub-tile indices, -1 for none: all allowed, the caller's ``in_vocab`` drops them), from each
+    sub-tile's SUB // 32 words in one contiguous load (masks.tile_words at a start per sub-tile; a
+    word load per id kept a local frame at k = 16 on sm_90)."""
     base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
     # The row's scalars broadcast as (K_PAD,) first: the interpreter rejects a load mask made from
     # a 0-d bool; compiled, it folds away.
     lanes_zero = tl.zeros([K_PAD], dtype=tl.int32)
-    constrained = (lanes_zero + constrained.to(tl.int32)) != 0
-    word_ids = picked[:, None].to(tl.int64) * (SUB // 32) + tl.arange(0, SUB // 32)[None, :]
-    load = constrained[:, None] & (picked[:, None] >= 0) & (word_ids < mask_width)
-    words = tl.load(mask_ptr + (lanes_zero.to(tl.int64) + base)[:, None] + word_ids, mask=load, other=0)
-    words = tl.where(constrained[:, None], words, -1)
+    constrained = ((lanes_zero + constrained.to(tl.int32)) != 0) & (picked >= 0)
+    # Each start clamped at 0 (a picked -1 loads nothing): with the start's sign unknown, its
+    # `// 32` put an 8 B local frame in two k = 16 specs on sm_90 and sm_100 (Triton 3.9).
+    words = tile_words(mask_ptr, lanes_zero.to(tl.int64) + base, constrained, (tl.maximum(picked, 0) * SUB)[:, None], mask_width, SUB)
     return words_allowed(words, SUB)
 
 
