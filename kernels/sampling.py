@@ -412,11 +412,19 @@ def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Fused
 # (111-128 registers, offline), the compile every GPU measurement here ran; on the H100 (Triton
 # 3.6) the cap measured within 1.6% of no cap at 7 shapes, same verdicts.
 FUSED_MAXNREG = 128
+# Processed logprobs (LOGPROBS 2) at 16 or more lanes kept an 8 B local frame at 128 on sm_90
+# (Triton 3.9); 144 compiles them frame-free on sm_80, sm_90 and sm_100 (135-140 registers).
+# Only those launches take it: above 128 registers a 256-thread program has an SM to itself.
+FUSED_PROCESSED_LOGPROBS_MAXNREG = 144
 
 
-def fused_options(target: KernelTarget) -> dict:
-    """Compile options of the fused walk's launches on ``target``: a register cap on NVIDIA."""
-    return {"maxnreg": FUSED_MAXNREG} if target.vendor == "nvidia" else {}
+def fused_options(target: KernelTarget, logprobs_mode: int, n_pad: int) -> dict:
+    """Compile options of the fused walk's launches on ``target`` (``logprobs_mode``: the kernel's
+    LOGPROBS; ``n_pad``: its N_PAD): a register cap on NVIDIA."""
+    if target.vendor != "nvidia":
+        return {}
+    processed_wide = logprobs_mode == 2 and n_pad >= 16
+    return {"maxnreg": FUSED_PROCESSED_LOGPROBS_MAXNREG if processed_wide else FUSED_MAXNREG}
 
 
 def _pow2(count: int) -> int:
@@ -523,6 +531,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         accept, final = accept.contiguous(), final.contiguous()
     config = fused_launch(target, bs, nodes, vocab)
     num_blocks = cdiv(vocab, config.block_v)
+    logprobs_mode = 0 if logprobs is None else semantics.LOGPROB_MODES.index(logprobs) + 1
     _fused_walk_kernel[(cdiv(bs, config.requests),)](
         logits, logits.stride(0), logits.stride(1), vocab, max(1, (vocab - 1).bit_length()), table,
         *params,
@@ -531,8 +540,8 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, float_placeholder, bs, nodes, tree.num_steps,
         error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain),
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
-        PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=0 if logprobs is None else semantics.LOGPROB_MODES.index(logprobs) + 1,
-        num_warps=config.warps, **fused_options(target),
+        PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode, num_warps=config.warps,
+        **fused_options(target, logprobs_mode, _pow2(nodes)),
     )
     return out, values
 
@@ -642,12 +651,13 @@ def compile_specs(target: KernelTarget):
         for logit_type, hashed, logprobs in variants:
             signature = {"logits_ptr": f"*{logit_type}", **fused_signature}
             constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs}
-            specs.append((_fused_walk_kernel, signature, constexprs, config.warps, {}, fused_options(target)))
+            options = fused_options(target, logprobs, _pow2(nodes))
+            specs.append((_fused_walk_kernel, signature, constexprs, config.warps, {}, options))
             specs.append(runtime_specialized(target, _fused_walk_kernel, signature, constexprs, config.warps,
                                              values={"stride_row": vocab, "stride_col": 1, "vocab": vocab,
                                                      "id_bits": max(1, (vocab - 1).bit_length()), "top_k_value": 50, "tensor_params": 15,
                                                      "bs": bs, "nodes": nodes, "num_steps": steps,
-                                                     "flag_code": _TREE_IDS_CODE, "chain_shift": 0}) + (fused_options(target),))
+                                                     "flag_code": _TREE_IDS_CODE, "chain_shift": 0}) + (options,))
     coin_signature = {"seed_ptr": "*i64", "offset_ptr": "*i64", "coins_ptr": "*fp32", "final_ptr": "*fp32", "bs": "i32", "width": "i32",
                       "BLOCK_R": "constexpr", "W_PAD": "constexpr"}
     for width in (4, 16):
