@@ -280,25 +280,43 @@ def fma_rounds_once(target: KernelTarget) -> bool:
 
 @dataclass(frozen=True)
 class TreeSamplingLaunch:
-    """Grid (cdiv(bs, requests),); each pass reads the vocabulary in ``tile_v``-wide tiles."""
+    """Grid (cdiv(bs, requests),); each pass reads the vocabulary in ``tile_v``-wide tiles.
+    ``options``: compile options of the launch (a register cap on sm_90 and newer)."""
     requests: int  # BLOCK_R
     warps: int
     tile_v: int
+    options: tuple = ()  # (name, value) pairs: hashable, as the frozen dataclass needs
 
 
 def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> TreeSamplingLaunch:
-    """One request per program on a GPU, one id per thread a tile: 128 threads (4 warps) on
-    NVIDIA, 256 (4 wave64 warps) on AMD. Measured before ``_divide`` (when every id divided, at
-    four inlined call sites): wider tiles kept local frames around ptxas's fp64 division
-    subroutine on sm_80/sm_90 and spilled SGPRs on gfx942 at 2-4 ids a thread. The
-    interpreter batches requests so that a tile holds at most 2^17 elements, and reads a row in
-    at least 2 tiles (the running sums across tiles are what the conformance suite checks there)."""
+    """One request per program on a GPU, one id per thread a tile. On sm_90 and newer 1024
+    threads while the batch has at most one program per SM, else 512, each capped at the
+    registers an SM holds for one program (64 or 128); on sm_8x 128; on AMD 256 (4 wave64 warps).
+
+    Each scanned child costs a pass over its row by one program, so the row's pass is the
+    op's time: on the H100 (Triton 3.6, fourteenth session) 256 threads took 0.54-0.63x the time
+    of 128, and 1024 0.44-0.68x that of 256 at bs <= 64, where 512 was 0.70x against 1024's 0.80x
+    at bs 256 (two 1024-thread programs share an SM). The offline compile matrix (Triton 3.9)
+    bounds the widths: on sm_90 and sm_100 every spec compiles clean at 256, 512 and 1024 threads
+    (one id a thread) with Triton 3.9. With 3.6 and no cap, ptxas compiled the 64-node walk at 32
+    registers and a 24 B frame (1024 threads) or 64 and 40-56 B (512) on sm_90; with the cap at
+    the SM's share (64, 128) it compiles clean on both versions. At 128 threads the masked
+    variants with an int64 index kept an 8 B frame on sm_90; on sm_80 wider than 128 left 8-16 B frames in most specs (not timed: no Ampere GPU
+    here). Before ``_divide`` (every id dividing, at four inlined call sites) wider tiles kept
+    frames around ptxas's fp64 division subroutine and spilled SGPRs on gfx942 at 2-4 ids a
+    thread. The interpreter batches requests so that a tile holds at most 2^17 elements, and
+    reads a row in at least 2 tiles (the running sums across tiles are what the conformance
+    suite checks there)."""
     if target.vendor == "interpreter":
         tile_v = min(max(next_power_of_2(cdiv(max(vocab, 1), 2)), 8), 4096)
         requests = min(_pow2(bs), 32768 // _pow2(nodes), max(2**17 // tile_v, 1))
         return TreeSamplingLaunch(requests=requests, warps=1, tile_v=tile_v)
-    threads = 128 if target.vendor == "nvidia" else 256
-    return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads)
+    if target.vendor != "nvidia":
+        return TreeSamplingLaunch(requests=1, warps=target.warps(256), tile_v=256)
+    if (target.arch or "").startswith("sm_8"):
+        return TreeSamplingLaunch(requests=1, warps=target.warps(128), tile_v=128)
+    threads = 1024 if bs <= target.multiprocessors else 512
+    return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads, options=(("maxnreg", 65536 // threads),))
 
 
 def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
@@ -323,7 +341,7 @@ def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs:
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens,
         bs, nodes, tree.num_steps, vocab, *masks.args,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, **masks.flags,
-        FMA_DIVIDE=fma_rounds_once(target), num_warps=config.warps,
+        FMA_DIVIDE=fma_rounds_once(target), num_warps=config.warps, **dict(config.options),
     )
     return out
 
@@ -337,8 +355,8 @@ PROVIDERS = {
 # ----------------------------------------------------------------------------------------------
 # offline compilation and launch descriptions
 
-# (bs, N, V, S): production shapes and the conformance shapes.
-_SHAPES = ((1, 8, 32000, 3), (64, 8, 151936, 5), (16, 64, 151936, 6), (9, 16, 12, 5))
+# (bs, N, V, S): production shapes (bs 256: past one program per SM on NVIDIA) and the conformance shapes.
+_SHAPES = ((1, 8, 32000, 3), (64, 8, 151936, 5), (256, 8, 32000, 4), (16, 64, 151936, 6), (9, 16, 12, 5))
 
 
 def compile_specs(target: KernelTarget):
@@ -360,12 +378,13 @@ def compile_specs(target: KernelTarget):
                          "TILE_V": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "FMA_DIVIDE": "constexpr"}
             constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILE_V": config.tile_v,
                           "HAS_MASK": has_mask, "HAS_INDEX": has_index, "FMA_DIVIDE": fma_rounds_once(target)}
-            specs.append((_tree_sampling_kernel, signature, constexprs, config.warps))
+            specs.append((_tree_sampling_kernel, signature, constexprs, config.warps, {}, dict(config.options)))
             specs.append(runtime_specialized(target, _tree_sampling_kernel, signature, constexprs, config.warps,
                                              values={"stride_qb": nodes * vocab, "stride_qn": vocab, "stride_qv": 1, "stride_pb": nodes * vocab,
                                                      "stride_pn": vocab, "stride_pv": 1, "bs": bs, "nodes": nodes, "num_steps": steps,
                                                      "vocab": vocab, "num_masks": bs * nodes if has_mask else 0,
-                                                     "mask_width": (vocab + 31) // 32 if has_mask else 0}))
+                                                     "mask_width": (vocab + 31) // 32 if has_mask else 0})
+                         + (dict(config.options),))
     return specs
 
 
