@@ -77,6 +77,12 @@ class KernelTarget:
         return type(self), (self.vendor, self.arch, self.warp_size, self.multiprocessors)
 
     @property
+    def ampere_or_ada(self) -> bool:
+        """NVIDIA sm_80-sm_89: ptxas kept local frames there in launches that compile clean at
+        the same width on sm_90 and sm_100, so some kernels launch narrower on it."""
+        return self.vendor == "nvidia" and (self.arch or "").startswith("sm_8")
+
+    @property
     def label(self) -> str:
         return f"{self.vendor}:{self.arch or 'cpu'}"
 

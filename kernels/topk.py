@@ -389,7 +389,7 @@ def select_warps(target: KernelTarget, k: int, sub: int) -> int:
     compiles clean (offline compile matrix, Triton 3.9; not timed: no Ampere GPU here)."""
     if target.vendor == "interpreter":
         return 1
-    if k > 8 and target.vendor == "nvidia" and (target.arch or "").startswith("sm_8"):
+    if k > 8 and target.ampere_or_ada:
         return target.warps(256)
     return target.warps(min(512, max(128, _padded(k) * sub // 8)))
 

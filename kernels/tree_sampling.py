@@ -293,27 +293,24 @@ def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) 
     threads while the batch has at most one program per SM, else 512, each capped at the
     registers an SM holds for one program (64 or 128); on sm_8x 128; on AMD 256 (4 wave64 warps).
 
-    Each scanned child costs a pass over its row by one program, so the row's pass is the
-    op's time: on the H100 (Triton 3.6, fourteenth session) 256 threads took 0.54-0.63x the time
-    of 128, and 1024 0.44-0.68x that of 256 at bs <= 64, where 512 was 0.70x against 1024's 0.80x
-    at bs 256 (two 1024-thread programs share an SM). The offline compile matrix (Triton 3.9)
-    bounds the widths: on sm_90 and sm_100 every spec compiles clean at 256, 512 and 1024 threads
-    (one id a thread) with Triton 3.9. With 3.6 and no cap, ptxas compiled the 64-node walk at 32
-    registers and a 24 B frame (1024 threads) or 64 and 40-56 B (512) on sm_90; with the cap at
-    the SM's share (64, 128) it compiles clean on both versions. At 128 threads the masked
-    variants with an int64 index kept an 8 B frame on sm_90; on sm_80 wider than 128 left 8-16 B frames in most specs (not timed: no Ampere GPU
-    here). Before ``_divide`` (every id dividing, at four inlined call sites) wider tiles kept
-    frames around ptxas's fp64 division subroutine and spilled SGPRs on gfx942 at 2-4 ids a
-    thread. The interpreter batches requests so that a tile holds at most 2^17 elements, and
-    reads a row in at least 2 tiles (the running sums across tiles are what the conformance
-    suite checks there)."""
+    Each scanned child costs its program a pass over a row, so the program's width is the op's
+    speed. On the H100 (Triton 3.6, fourteenth session) 1024 threads took 0.25-0.40x the time of
+    128 at bs <= 64; at bs 256, where two 1024-thread programs share an SM, 512 took 0.70x the time
+    of 256 threads against 0.80x for 1024 (BENCHMARKS.md). The widths come from the offline compile
+    matrix: on sm_90 and sm_100 every spec compiles clean at 256, 512 and 1024 threads with Triton
+    3.9; with 3.6 and no cap, ptxas compiled the 64-node walk at 32 registers and a 24 B frame
+    (1024 threads) or 64 and 40-56 B (512) on sm_90, clean with the cap. At 128 threads the masked
+    variants with an int64 index kept an 8 B frame on sm_90; on sm_80 anything wider than 128 left
+    8-16 B frames in most specs (not timed: no Ampere GPU here). The interpreter batches requests
+    so that a tile holds at most 2^17 elements, and reads a row in at least 2 tiles (the running
+    sums across tiles are what the conformance suite checks there)."""
     if target.vendor == "interpreter":
         tile_v = min(max(next_power_of_2(cdiv(max(vocab, 1), 2)), 8), 4096)
         requests = min(_pow2(bs), 32768 // _pow2(nodes), max(2**17 // tile_v, 1))
         return TreeSamplingLaunch(requests=requests, warps=1, tile_v=tile_v)
     if target.vendor != "nvidia":
         return TreeSamplingLaunch(requests=1, warps=target.warps(256), tile_v=256)
-    if (target.arch or "").startswith("sm_8"):
+    if target.ampere_or_ada:
         return TreeSamplingLaunch(requests=1, warps=target.warps(128), tile_v=128)
     threads = 1024 if bs <= target.multiprocessors else 512
     return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads, options=(("maxnreg", 65536 // threads),))
