@@ -71,9 +71,15 @@ PROBE = textwrap.dedent("""
                 same_ids = torch.equal(want[1], got[1])
                 close = torch.allclose(want[0], got[0], rtol=1e-5, atol=1e-7)
                 results[f"tiles_per_chunk={tiles_per_chunk} sub={sub} {name} k={k}"] = bool(same_ids and close)
-    # Rows of more sub-tiles than the selection ranks take the reference (20 sub-tiles of 8 ids here).
+    # Rows of more sub-tiles than the selection ranks take the reference (20 sub-tiles of 8 ids
+    # here) and launch no kernel: the kernels would rank them correctly too, so equal ids alone
+    # would not show that the fallback ran.
+    class NotLaunched:
+        def __getitem__(self, grid):
+            raise AssertionError("a kernel was launched for a row over MAX_SUBS sub-tiles")
     kt.launch_config = launch_with(1, 8)
     kt.MAX_SUBS = 4
+    kt._chunk_stats_kernel = kt._select_kernel = NotLaunched()
     want, got = reference.draft_topk(logits, 5), kernels.draft_topk(logits, 5)
     results["over MAX_SUBS"] = bool(torch.equal(want[1], got[1]) and torch.allclose(want[0], got[0], rtol=1e-5, atol=1e-7))
     print(json.dumps(results))
