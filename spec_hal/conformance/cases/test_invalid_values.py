@@ -62,6 +62,14 @@ def _verdict_values(op: str, *, lens=_LENS, index: dict, **changes) -> fuzz.Call
     return _with(op, verdict__accept_lens=lens, verdict__accept_index=_set_many(index)(_OWN_BLOCK), **changes)
 
 
+def _long_moves(changes: dict, first: int = 0) -> torch.Tensor:
+    """A (600,) move list for the (40-slot) caches of move_kv's baseline: slots ``first ..
+    first + 9`` at entries 100, 110, ..., 190, -1 elsewhere, then ``changes``."""
+    slots = torch.full((600,), -1)
+    slots[100:200:10] = torch.arange(first, first + 10)
+    return _set_many(changes)(slots)
+
+
 # Two invalid entries of one argument (the smaller flat index is recorded, whatever the order of
 # the kernel's threads), and invalid entries of both arguments (the first argument wins, even at a
 # larger index): the record codes of docs/reliability.md. Value: (call, the record expected).
@@ -78,6 +86,9 @@ TWO_INVALID = {
     **{f"{op} invalid accept_lens and accept_index": (lambda op=op: (_verdict_values(op, lens=torch.tensor([2, 3, 7]), index={0: -1}),
                                                                      (op, "verdict.accept_lens", 2)))
        for op in ("accepted_kv_moves", "compact_accepted", "bonus_tokens")},
+    # 600 entries, mostly -1: the GPU kernels pack the used moves first; records keep the caller's indices.
+    "move_kv invalid entries of a long list": lambda: (_with("move_kv", src=_long_moves({530: 2**40, 590: -2}),
+                                                             dst=_long_moves({50: 45}, first=20)), ("move_kv", "src", 530)),
     # Rows of 5000 floats: several column tiles on GPUs, of which only the first records.
     "compact_accepted wide rows two foreign entries": lambda: (
         _verdict_values("compact_accepted", index={9: 2**40, 6: -1}, x=torch.randn(15, 5000)),

@@ -125,7 +125,7 @@ def _chain_moves(count, offset):
     return src, dst
 
 
-MOVE_LISTS = ("accepted", "chain_600", "disjoint_skips", "empty", "prefix_tail", "sparse_runs")
+MOVE_LISTS = ("accepted", "accepted_600", "chain_600", "disjoint_skips", "empty", "prefix_tail", "sparse_runs")
 
 
 def _move_list(kind, num_slots, seed):
@@ -133,6 +133,10 @@ def _move_list(kind, num_slots, seed):
     if kind == "accepted":
         round_ = random_round(40, num_steps=5, num_nodes=8, generator=generator)
         slots = (torch.randperm(num_slots, generator=generator)[:320]).view(40, 8)
+        return reference_accepted_kv_moves(round_.verdict, slots)
+    if kind == "accepted_600":  # long enough for the GPU kernels to pack the used moves first; about half are -1
+        round_ = random_round(150, num_steps=3, num_nodes=4, generator=generator)
+        slots = (torch.randperm(num_slots, generator=generator)[:600]).view(150, 4)
         return reference_accepted_kv_moves(round_.verdict, slots)
     if kind == "chain_600":  # three or more kernel chunks: order across chunks and reading ahead matter
         return _chain_moves(600, 7)
