@@ -288,22 +288,29 @@ class TreeSamplingLaunch:
     options: tuple = ()  # (name, value) pairs: hashable, as the frozen dataclass needs
 
 
-def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> TreeSamplingLaunch:
-    """One request per program on a GPU, one id per thread a tile. On sm_90 and newer 1024
-    threads while the batch has at most one program per SM, else 512, each capped at the
-    registers an SM holds for one program (64 or 128); on sm_8x 128; on AMD 256 (4 wave64 warps).
+# Ids of a tile each thread holds on NVIDIA. A pass over a row is a chain of tile steps, each
+# waiting on its loads, so the number of steps sets the op's speed more than the threads do: on
+# the H100 (Triton 3.6, fifteenth session) 16 ids a thread at 256 threads took 0.24-0.41x the time
+# of the earlier one id a thread at 1024 (BENCHMARKS.md).
+IDS_PER_THREAD = 16
+# 32-bit registers of an SM on sm_90 and sm_100; ptxas allows at most 255 a thread.
+SM_REGISTERS, MAX_THREAD_REGISTERS = 65536, 255
 
-    Each scanned child costs its program a pass over a row, so the program's width is the op's
-    speed. On the H100 (Triton 3.6, fourteenth session) 1024 threads took 0.25-0.40x the time of
-    128 at bs <= 64; at bs 256, where two 1024-thread programs share an SM, 512 took 0.70x the time
-    of 256 threads against 0.80x for 1024 (BENCHMARKS.md). The widths come from the offline compile
-    matrix: on sm_90 and sm_100 every spec compiles clean at 256, 512 and 1024 threads with Triton
-    3.9; with 3.6 and no cap, ptxas compiled the 64-node walk at 32 registers and a 24 B frame
-    (1024 threads) or 64 and 40-56 B (512) on sm_90, clean with the cap. At 128 threads the masked
-    variants with an int64 index kept an 8 B frame on sm_90; on sm_80 anything wider than 128 left
-    8-16 B frames in most specs (not timed: no Ampere GPU here). The interpreter batches requests
-    so that a tile holds at most 2^17 elements, and reads a row in at least 2 tiles (the running
-    sums across tiles are what the conformance suite checks there)."""
+
+def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> TreeSamplingLaunch:
+    """One request per program on a GPU. NVIDIA: ``IDS_PER_THREAD`` ids a thread in each tile, 256
+    threads on sm_90 and newer (under an explicit register cap: 255) and 128 on sm_8x. AMD: 256
+    threads (4 wave64 warps), one id a thread.
+
+    The widths are the fastest spill-free ones of the offline compile matrix. On sm_90, 512
+    threads of 16 ids (0.84-1.0x this launch's time on the H100) kept 64-144 B local frames at
+    their 128-register cap with Triton 3.9, and 256 threads of 32 ids frames at 255; 256 of 16
+    compile at 168-216 registers, clean with 3.9 and 3.6. Without an explicit cap Triton 3.6 chose
+    too few registers for wide launches (32-64, with 24-56 B frames, fourteenth session). On sm_80
+    wider than 128 threads left 8-16 B frames, and 128 of 16 ids compile clean (not timed: no
+    Ampere GPU here). On gfx942 tiles of 1024 or 4096 ids spilled in 6-11 of 14 specs. The
+    interpreter batches requests so that a tile holds at most 2^17 elements, and reads a row in at
+    least 2 tiles (the running sums across tiles are what the conformance suite checks there)."""
     if target.vendor == "interpreter":
         tile_v = min(max(next_power_of_2(cdiv(max(vocab, 1), 2)), 8), 4096)
         requests = min(_pow2(bs), 32768 // _pow2(nodes), max(2**17 // tile_v, 1))
@@ -311,9 +318,10 @@ def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) 
     if target.vendor != "nvidia":
         return TreeSamplingLaunch(requests=1, warps=target.warps(256), tile_v=256)
     if target.ampere_or_ada:
-        return TreeSamplingLaunch(requests=1, warps=target.warps(128), tile_v=128)
-    threads = 1024 if bs <= target.multiprocessors else 512
-    return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads, options=(("maxnreg", 65536 // threads),))
+        return TreeSamplingLaunch(requests=1, warps=target.warps(128), tile_v=128 * IDS_PER_THREAD)
+    threads = 256
+    return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads * IDS_PER_THREAD,
+                              options=(("maxnreg", min(MAX_THREAD_REGISTERS, SM_REGISTERS // threads)),))
 
 
 def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
