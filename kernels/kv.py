@@ -259,12 +259,12 @@ def _groups(caches) -> list:
     return list(groups.items())
 
 
-# From this many entries on, move_kv first packs the moves that copy something (a launch of a
-# few microseconds), so that every chunk of the row kernel is full. Half-empty chunks left the
-# (3, 1, 4) bs-256 move of the benchmark at 77% of copy bandwidth and lists with accept lengths
-# uniform in 1..4 at 28%; shorter lists lose more to the extra launch than they gain
-# (BENCHMARKS.md, fifteenth session).
-PACK_FROM_MOVES = 512
+# From this many entries on, move_kv first packs the moves that copy something (a launch of about
+# 2 us), so that every chunk of the row kernel is full. Half-empty chunks left the (3, 1, 4) bs-256
+# move of the benchmark at 77% of copy bandwidth and lists with accept lengths uniform in 1..4 at
+# 22-33%; at 256-384 entries packing still took such lists 1.3-1.7x faster, while a bs-1 list
+# lost 1.7 us to the extra launch (BENCHMARKS.md, fifteenth session).
+PACK_FROM_MOVES = 256
 
 
 def packs_moves(target: KernelTarget, num_moves: int) -> bool:
@@ -358,7 +358,7 @@ _DRAFT_SLOTS_CODE = error_flag.code("assign_draft_slots", "req_pool_indices")
 
 PROVIDERS = {
     "accepted_kv_moves": (accepted_kv_moves, "kernels/kv.py: one lane per (request, rank), bs*(S+1) entries, 1 launch"),
-    "move_kv": (move_kv, "kernels/kv.py: chunked gather/barrier/scatter with one chunk read ahead, 1 launch per (dtype, row, stride) group of caches, after one that packs the used moves from 512 entries on"),
+    "move_kv": (move_kv, "kernels/kv.py: chunked gather/barrier/scatter with one chunk read ahead, 1 launch per (dtype, row, stride) group of caches, after one that packs the used moves from 256 entries on"),
     "assign_draft_slots": (assign_draft_slots, "kernels/kv.py: P9 page-aware formula, one program per request, 1 launch"),
 }
 
