@@ -13,9 +13,10 @@ moves: load the chunk's source tiles, barrier, store them, next chunk, with the 
 read before this one is stored. Inside a chunk every read precedes every write; across chunks a
 slot's reader precedes its writer by the op's precondition (reader index < writer index), which
 also makes reading ahead safe, so the result is the gather-then-scatter of the reference.
-From ``PACK_FROM_MOVES`` entries on (not on AMD yet: ``packs_moves``), a small launch first packs the moves that copy something to
-the front of a scratch list (order kept, -1 after them), so that the chunks are full: lists from
-``accepted_kv_moves`` are half -1 or more (rank 0, and every rank whose node is already in place).
+From ``PACK_FROM_MOVES`` entries on (not on AMD yet: ``packs_moves``), a small launch first packs
+the moves that copy something to the front of a scratch list (order kept, -1 after them), so that
+the chunks are full: lists from ``accepted_kv_moves`` are half -1 or more (rank 0, and every rank
+whose node is already in place).
 
 ``assign_draft_slots``: one program per request computes P9's formula for its K*S draft slots
 and its (K-1)*(P-1) prefix-tail copies.

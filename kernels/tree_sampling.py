@@ -303,14 +303,15 @@ def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) 
     threads (4 wave64 warps), one id a thread.
 
     The widths are the fastest spill-free ones of the offline compile matrix. On sm_90, 512
-    threads of 16 ids (0.84-1.0x this launch's time on the H100) kept 64-144 B local frames at
-    their 128-register cap with Triton 3.9, and 256 threads of 32 ids frames at 255; 256 of 16
-    compile at 168-216 registers, clean with 3.9 and 3.6. Without an explicit cap Triton 3.6 chose
-    too few registers for wide launches (32-64, with 24-56 B frames, fourteenth session). On sm_80
-    wider than 128 threads left 8-16 B frames, and 128 of 16 ids compile clean (not timed: no
-    Ampere GPU here). On gfx942 tiles of 1024 or 4096 ids spilled in 6-11 of 14 specs. The
-    interpreter batches requests so that a tile holds at most 2^17 elements, and reads a row in at
-    least 2 tiles (the running sums across tiles are what the conformance suite checks there)."""
+    threads of 16 ids (0.84-1.0x this launch's time on the H100) kept local frames (64 and 144 B
+    among them) at their 128-register cap with Triton 3.9, and 256 threads of 32 ids frames in 6
+    of 14 specs at 255; 256 of 16 compile at 168-216 registers, clean with 3.9 and 3.6. Without an
+    explicit cap Triton 3.6 chose too few registers for wide launches (32-64, with 24-56 B frames,
+    fourteenth session). On sm_80 wider than 128 threads left 8-16 B frames, and 128 of 16 ids
+    compile clean (not timed: no Ampere GPU here). On gfx942 tiles of 1024 or 4096 ids spilled in
+    6-11 of 14 specs. The interpreter batches requests so that a tile holds at most 2^17 elements,
+    and reads a row in at least 2 tiles (the running sums across tiles are what the conformance
+    suite checks there)."""
     if target.vendor == "interpreter":
         tile_v = min(max(next_power_of_2(cdiv(max(vocab, 1), 2)), 8), 4096)
         requests = min(_pow2(bs), 32768 // _pow2(nodes), max(2**17 // tile_v, 1))
