@@ -290,7 +290,7 @@ class TreeSamplingLaunch:
 
 # Ids of a tile each thread holds on NVIDIA. A pass over a row is a chain of tile steps, each
 # waiting on its loads, so the number of steps sets the op's speed more than the threads do: on
-# the H100 (Triton 3.6, fifteenth session) 16 ids a thread at 256 threads took 0.24-0.41x the time
+# the H100 (Triton 3.6, fifteenth session) 16 ids a thread at 256 threads took 0.26-0.42x the time
 # of the earlier one id a thread at 1024 (BENCHMARKS.md).
 IDS_PER_THREAD = 16
 # 32-bit registers of an SM on sm_90 and sm_100; ptxas allows at most 255 a thread.
