@@ -14,6 +14,14 @@ them, with ``M = max m``, ``Z = sum s * exp(m - M)`` (the online-softmax normali
 ``p = exp(v - M) / Z``. For k = 1 this is ``1 / Z``, the exact top-1 probability, without
 materialising a softmax.
 
+From k = 3 (``RANK_FROM_K``) the k best elements are ranked all at once rather than picked one
+max-reduction at a time: the candidates are the picked sub-tiles' elements at or above the k-th
+picked sub-tile's max (at least k of them, and they hold the k best); when there are at most
+``candidate_slots(k)``, they are compacted into a per-row scratch and each one's rank is the
+number of candidates above it. Otherwise (ties at that max, masked or missing sub-tiles) the k
+serial picks remain. Ids are the same either way; k = 4 takes 0.88-1.01x, k = 8 0.74-0.97x and k = 16 0.60-0.84x
+of the serial picks' time on the H100 (BENCHMARKS.md, sixteenth session).
+
 Why the k best sub-tiles hold the k best elements: take an element e outside them, in sub-tile
 s'. Each chosen sub-tile p has an element m_p equal to its max, and p ranks above s': either
 max(p) > max(s') >= e, or the maxima are equal and p has the lower index, so m_p has the lower
@@ -236,6 +244,58 @@ def _chunk_stats_kernel(
 
 
 @triton.jit
+def _key_probability(key, row_finite, safe_row_max, normaliser):
+    """The softmax probability of a rank key's value (0 for a masked key, or in a row without a
+    finite max). Two selects: the interpreter rejects a 0-d bool ANDed with a vector."""
+    probability = tl.where(key > MASKED_KEY_TOP, tl.exp(_key_value(key) - safe_row_max) / normaliser, 0.0)
+    return tl.where(row_finite, probability, 0.0)
+
+
+@triton.jit
+def _output_ids(key, token_map_ptr, HAS_TOKEN_MAP: tl.constexpr):
+    out_id = _key_id(key).to(tl.int64)
+    if HAS_TOKEN_MAP:
+        out_id = tl.load(token_map_ptr + out_id).to(tl.int64)
+    return out_id
+
+
+@triton.jit
+def _store_picked(keys, probs_ptr, ids_ptr, token_map_ptr, row64, row_finite, safe_row_max, normaliser, K: tl.constexpr,
+                  HAS_TOKEN_MAP: tl.constexpr):
+    """The K best of ``keys`` (rank keys, unique), one max-reduction each, stored in rank order."""
+    for j in tl.static_range(K):
+        best = tl.max(tl.max(keys, axis=1), axis=0)
+        keys = tl.where(keys == best, EMPTY_KEY, keys)
+        tl.store(probs_ptr + row64 * K + j, _key_probability(best, row_finite, safe_row_max, normaliser))
+        tl.store(ids_ptr + row64 * K + j, _output_ids(best, token_map_ptr, HAS_TOKEN_MAP))
+
+
+@triton.jit
+def _store_ranked_candidates(keys, candidate, per_sub, count, lanes, rank_row_ptr, probs_ptr, ids_ptr, token_map_ptr, row64, row_finite,
+                             safe_row_max, normaliser, K: tl.constexpr, C_PAD: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr):
+    """The K best of the ``count`` (K..C_PAD) ``candidate`` keys, stored in rank order: the
+    candidates are compacted into the row's C_PAD scratch slots (rank_row_ptr), then each one's rank
+    is the number of candidates above it, all at once (no serial picks)."""
+    # Exclusive prefix of the per-sub-tile counts as a (K_PAD, K_PAD) sum: a cumsum over a few
+    # lanes does not lower on every Triton.
+    before = tl.sum(tl.where(lanes[None, :] < lanes[:, None], per_sub[None, :], 0), axis=1)
+    position = before[:, None] + tl.cumsum(candidate.to(tl.int32), axis=1) - 1
+    tl.store(rank_row_ptr + position, keys, mask=candidate)
+    tl.debug_barrier()  # every thread's candidates are stored before any is read back
+    slots = tl.arange(0, C_PAD)
+    compact = tl.load(rank_row_ptr + slots, mask=slots < count, other=EMPTY_KEY)
+    rank = tl.sum((compact[None, :] > compact[:, None]).to(tl.int32), axis=1)
+    ranked = (slots < count) & (rank < K)
+    out = row64 * K + rank
+    tl.store(probs_ptr + out, _key_probability(compact, row_finite, safe_row_max, normaliser), mask=ranked)
+    if HAS_TOKEN_MAP:
+        out_ids = tl.load(token_map_ptr + _key_id(compact), mask=ranked, other=0).to(tl.int64)
+    else:
+        out_ids = _key_id(compact).to(tl.int64)
+    tl.store(ids_ptr + out, out_ids, mask=ranked)
+
+
+@triton.jit
 def _select_kernel(
     logits_ptr,
     stride_row,
@@ -254,8 +314,10 @@ def _select_kernel(
     token_map_ptr,
     probs_ptr,
     ids_ptr,
+    rank_ptr,
     K: tl.constexpr,
     K_PAD: tl.constexpr,
+    C_PAD: tl.constexpr,
     SUB: tl.constexpr,
     CHUNKS_PAD: tl.constexpr,
     SUBS_PAD: tl.constexpr,
@@ -285,10 +347,12 @@ def _select_kernel(
     sub_keys = tl.where(sub_ok, _rank_keys(sub_orders, subs), EMPTY_KEY)
     lanes = tl.arange(0, K_PAD)
     picked = tl.full([K_PAD], -1, dtype=tl.int32)
+    last_top = tl.full([], EMPTY_KEY, tl.int64)
     for j in tl.static_range(K):
         top = tl.max(sub_keys, axis=0)
         picked = tl.where((lanes == j) & (top > EMPTY_KEY), _key_id(top), picked)
         sub_keys = tl.where(sub_keys == top, EMPTY_KEY, sub_keys)
+        last_top = top
 
     # The K best ids among those sub-tiles' K * SUB ids, read again (K * SUB logits, not the row).
     cols = picked[:, None] * SUB + tl.arange(0, SUB)[None, :]
@@ -305,15 +369,24 @@ def _select_kernel(
     keys = tl.where(in_vocab, _rank_keys(_ordered(values), cols), EMPTY_KEY)
     if HAS_MASK:
         keys = tl.where(in_vocab & (allowed == 0), _masked_keys(cols), keys)
-    for j in tl.static_range(K):
-        best = tl.max(tl.max(keys, axis=1), axis=0)
-        keys = tl.where(keys == best, EMPTY_KEY, keys)
-        prob = tl.where(row_finite & (best > MASKED_KEY_TOP), tl.exp(_key_value(best) - safe_row_max) / normaliser, 0.0)
-        out_id = _key_id(best).to(tl.int64)
-        if HAS_TOKEN_MAP:
-            out_id = tl.load(token_map_ptr + out_id).to(tl.int64)
-        tl.store(probs_ptr + row64 * K + j, prob)
-        tl.store(ids_ptr + row64 * K + j, out_id)
+    if C_PAD > 0:  # k >= RANK_FROM_K
+        # The candidates: the picked sub-tiles' elements whose value is at least the K-th picked
+        # sub-tile's max (keys from the lowest one of that value). If there are at least K of
+        # them, they hold the row's K best: any element ranked among the K best lies in a picked
+        # sub-tile (module docstring), and one below the floor has K candidates above it. Few
+        # enough (C_PAD) are ranked all at once; otherwise (ties at the floor, masked picks) the
+        # K serial picks below.
+        floor = (last_top >> 32) << 32
+        candidate = (keys >= floor) & (keys > EMPTY_KEY)
+        per_sub = tl.sum(candidate.to(tl.int32), axis=1)
+        count = tl.sum(per_sub, axis=0)
+        if (count >= K) & (count <= C_PAD):
+            _store_ranked_candidates(keys, candidate, per_sub, count, lanes, rank_ptr + row64 * C_PAD, probs_ptr, ids_ptr, token_map_ptr,
+                                     row64, row_finite, safe_row_max, normaliser, K, C_PAD, HAS_TOKEN_MAP)
+        else:
+            _store_picked(keys, probs_ptr, ids_ptr, token_map_ptr, row64, row_finite, safe_row_max, normaliser, K, HAS_TOKEN_MAP)
+    else:
+        _store_picked(keys, probs_ptr, ids_ptr, token_map_ptr, row64, row_finite, safe_row_max, normaliser, K, HAS_TOKEN_MAP)
 
 
 @dataclass(frozen=True)
@@ -380,18 +453,40 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
     return TopkLaunch(block=block, tile_warps=warps, tiles_per_chunk=1, sub=min(block, SUB_WIDTH))
 
 
+# From k = RANK_FROM_K the selection ranks its candidates all at once when there are at most
+# candidate_slots(k) of them (_store_ranked_candidates) instead of k serial picks.
+RANK_FROM_K = 3
+
+
+def candidate_slots(k: int) -> int:
+    """C_PAD: how many candidates the selection ranks at once (0 below RANK_FROM_K: no scratch)."""
+    return max(32, 4 * _padded(k)) if k >= RANK_FROM_K else 0
+
+
 def select_warps(target: KernelTarget, k: int, sub: int) -> int:
     """Warps of ``_select_kernel``: about 8 of the picked sub-tiles' ids a thread (128 to 512
     threads). With 32 a thread (128 threads, k = 16) the masked selection spilled 81-135
     registers on gfx942 and kept a 16 B local frame on sm_90. Ampere and Ada (sm_8x) take 256
     threads above k = 8: at 512, ptxas kept an 8 B frame at 40 registers in the selection with a
     mask through a token map on sm_80, and at 1024 three; at 256 every k = 16 spec of sm_80
-    compiles clean (offline compile matrix, Triton 3.9; not timed: no Ampere GPU here)."""
+    compiles clean (offline compile matrix, Triton 3.9; not timed: no Ampere GPU here), with the
+    register cap of ``select_options``."""
     if target.vendor == "interpreter":
         return 1
     if k > 8 and target.ampere_or_ada:
         return target.warps(256)
     return target.warps(min(512, max(128, _padded(k) * sub // 8)))
+
+
+# sm_8x selections above k = 8 (256 threads): ptxas stopped at 128 registers and kept an 8 B frame
+# in the masked k = 16 specs once the candidates were ranked at once; 168 compiles every sm_80
+# select spec frame-free at 24-144 registers (offline, Triton 3.9).
+AMPERE_SELECT_MAXNREG = 168
+
+
+def select_options(target: KernelTarget, k: int) -> dict:
+    """Compile options of ``_select_kernel`` (a register cap on sm_8x above k = 8, else none)."""
+    return {"maxnreg": AMPERE_SELECT_MAXNREG} if k > 8 and target.ampere_or_ada else {}
 
 
 def draft_topk(
@@ -422,7 +517,8 @@ def draft_topk(
     if token_map is not None:
         token_map = token_map.contiguous()  # indexed with unit stride (a no-op for the usual map)
     # Scratch from torch's caching allocator (no device malloc per call, capture-safe), one piece.
-    chunk_max, chunk_sum, sub_orders = int32_parts((rows * num_chunks, rows * num_chunks, rows * subs_per_row), device)
+    chunk_max, chunk_sum, sub_orders, rank_slots = int32_parts(
+        (rows * num_chunks, rows * num_chunks, rows * subs_per_row, rows * 2 * candidate_slots(k)), device)
     mask = token_bitmask.contiguous() if has_mask else chunk_max  # placeholders, never read
     index = bitmask_index.contiguous() if bitmask_index is not None else mask  # read with unit stride
     mask_map = token_map if has_mask and token_map is not None else mask
@@ -437,9 +533,9 @@ def draft_topk(
         logits, logits.stride(0), logits.stride(1), vocab, chunk_max, chunk_sum, sub_orders, num_chunks, subs_per_row,
         mask, index, mask_map, num_masks, mask_width,
         token_map if token_map is not None else chunk_max,  # placeholder pointer, never read
-        out[0], out[1],
-        K=k, K_PAD=_padded(k), SUB=config.sub, CHUNKS_PAD=_padded(num_chunks), SUBS_PAD=_padded(subs_per_row), **flags,
-        HAS_TOKEN_MAP=token_map is not None, num_warps=select_warps(target, k, config.sub),
+        out[0], out[1], rank_slots.view(torch.int64) if k >= RANK_FROM_K else chunk_max,  # placeholder below RANK_FROM_K
+        K=k, K_PAD=_padded(k), C_PAD=candidate_slots(k), SUB=config.sub, CHUNKS_PAD=_padded(num_chunks), SUBS_PAD=_padded(subs_per_row), **flags,
+        HAS_TOKEN_MAP=token_map is not None, num_warps=select_warps(target, k, config.sub), **select_options(target, k),
     )
     return out[0], out[1]
 
@@ -482,16 +578,18 @@ def _select_spec(target: KernelTarget, logit_type: str, k: int, config: TopkLaun
     signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
                  "chunk_max_ptr": "*i32", "chunk_sum_ptr": "*i32", "sub_order_ptr": "*i32", "num_chunks": "i32", "subs_per_row": "i32",
                  **_mask_signature(*masking), "token_map_ptr": token_map_type or "*i32", "probs_ptr": "*fp32", "ids_ptr": "*i64",
-                 "K": "constexpr", "K_PAD": "constexpr", "SUB": "constexpr", "CHUNKS_PAD": "constexpr", "SUBS_PAD": "constexpr",
+                 "rank_ptr": "*i64" if k >= RANK_FROM_K else "*i32",
+                 "K": "constexpr", "K_PAD": "constexpr", "C_PAD": "constexpr", "SUB": "constexpr", "CHUNKS_PAD": "constexpr", "SUBS_PAD": "constexpr",
                  "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "HAS_MAP": "constexpr", "HAS_TOKEN_MAP": "constexpr"}
-    constexprs = {"K": k, "K_PAD": _padded(k), "SUB": config.sub, "CHUNKS_PAD": _padded(config.chunks(vocab)),
+    constexprs = {"K": k, "K_PAD": _padded(k), "C_PAD": candidate_slots(k), "SUB": config.sub, "CHUNKS_PAD": _padded(config.chunks(vocab)),
                   "SUBS_PAD": _padded(config.subs_per_row(vocab)), "HAS_MASK": has_mask, "HAS_INDEX": has_index, "HAS_MAP": has_map,
                   "HAS_TOKEN_MAP": token_map_type is not None}
+    options = select_options(target, k)
     if not specialized:
-        return (_select_kernel, signature, constexprs, select_warps(target, k, config.sub))
+        return (_select_kernel, signature, constexprs, select_warps(target, k, config.sub), {}, options)
     return runtime_specialized(target, _select_kernel, signature, constexprs, select_warps(target, k, config.sub), values={
         "stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_chunks": config.chunks(vocab), "subs_per_row": config.subs_per_row(vocab),
-        "num_masks": 64 if has_mask else 0, "mask_width": cdiv(vocab, 32) if has_mask else 0})
+        "num_masks": 64 if has_mask else 0, "mask_width": cdiv(vocab, 32) if has_mask else 0}) + (options,)
 
 
 def compile_specs(target: KernelTarget):

@@ -86,7 +86,8 @@ def test_draft_topk_large_batch_long_rows(backend, k, dtype, masked):
         allowed[7] = False
         allowed[7, [11, vocab - 1]] = True  # fewer allowed tokens than k
         index = torch.arange(rows, dtype=torch.int32)
-        index[1::3] = -1
+        index[1::3] = -1  # every third row unconstrained, but not row 7, which allows fewer ids than k
+        index[7] = 7
         reference_kwargs = {"token_bitmask": pack_bitmask(allowed), "bitmask_index": index}
         device_kwargs = {name: value.to(backend.device) for name, value in reference_kwargs.items()}
     logits = embedded_input(logits_cpu, backend.device, margin_value=3.0e4)
