@@ -45,6 +45,11 @@ def install_launchers(module) -> None:
             kernel._fp_fusion_pinned = True
 
 
+# 32-bit registers of an NVIDIA SM (sm_80 to sm_100); ptxas allows at most 255 a thread. A launch's
+# register cap (``maxnreg``) is at most SM_REGISTERS // threads, so that one program still fits.
+SM_REGISTERS, MAX_THREAD_REGISTERS = 65536, 255
+
+
 def cdiv(numerator: int, denominator: int) -> int:
     """``triton.cdiv`` for host code. Triton's (3.5 on) is a ConstexprFunction whose every call
     unwraps its arguments, about 1 µs a call; a launch config calls it several times per op."""

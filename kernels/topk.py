@@ -16,11 +16,12 @@ materialising a softmax.
 
 From k = 3 (``RANK_FROM_K``) the k best elements are ranked all at once rather than picked one
 max-reduction at a time: the candidates are the picked sub-tiles' elements at or above the k-th
-picked sub-tile's max (at least k of them, and they hold the k best); when there are at most
-``candidate_slots(k)``, they are compacted into a per-row scratch and each one's rank is the
-number of candidates above it. Otherwise (ties at that max, masked or missing sub-tiles) the k
-serial picks remain. Ids are the same either way; k = 4 takes 0.88-1.01x, k = 8 0.74-0.97x and k = 16 0.60-0.84x
-of the serial picks' time on the H100 (BENCHMARKS.md, sixteenth session).
+picked sub-tile's max; when there are at least k of them they hold the k best, and when there
+are at most ``candidate_slots(k)`` they are compacted into a per-row scratch and each one's rank
+is the number of candidates above it. Otherwise (ties at that max, masked or missing sub-tiles)
+the k serial picks remain. Ids are the same either way; k = 4 takes 0.88-1.01x, k = 8
+0.74-0.97x and k = 16 0.60-0.84x of the serial picks' time on the H100 (BENCHMARKS.md,
+sixteenth session).
 
 Why the k best sub-tiles hold the k best elements: take an element e outside them, in sub-tile
 s'. Each chosen sub-tile p has an element m_p equal to its max, and p ranks above s': either
@@ -51,7 +52,7 @@ import triton.language as tl
 from spec_hal.device_buffers import int32_parts
 from spec_hal.topk import MAX_TOPK
 
-from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
+from .launch import SM_REGISTERS, KernelTarget, runtime_specialized, cdiv, next_power_of_2
 from .masks import mask_row_base, tile_allowed, tile_words, token_allowed, words_allowed
 
 # Rank key below every real one (masked lanes, empty slots); the lowest real key, -inf with id
@@ -454,7 +455,8 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
 
 
 # From k = RANK_FROM_K the selection ranks its candidates all at once when there are at most
-# candidate_slots(k) of them (_store_ranked_candidates) instead of k serial picks.
+# candidate_slots(k) of them (_store_ranked_candidates) instead of k serial picks. k = 2 keeps its
+# two picks (not measured against ranking; k = 4 gained 0-12% on the H100).
 RANK_FROM_K = 3
 
 
@@ -469,8 +471,8 @@ def select_warps(target: KernelTarget, k: int, sub: int) -> int:
     registers on gfx942 and kept a 16 B local frame on sm_90. Ampere and Ada (sm_8x) take 256
     threads above k = 8: at 512, ptxas kept an 8 B frame at 40 registers in the selection with a
     mask through a token map on sm_80, and at 1024 three; at 256 every k = 16 spec of sm_80
-    compiles clean (offline compile matrix, Triton 3.9; not timed: no Ampere GPU here), with the
-    register cap of ``select_options``."""
+    compiles clean (offline compile matrix, Triton 3.9; not timed: no Ampere GPU here), with
+    ``select_options``' register cap from k = 3."""
     if target.vendor == "interpreter":
         return 1
     if k > 8 and target.ampere_or_ada:
@@ -478,15 +480,20 @@ def select_warps(target: KernelTarget, k: int, sub: int) -> int:
     return target.warps(min(512, max(128, _padded(k) * sub // 8)))
 
 
-# sm_8x selections above k = 8 (256 threads): ptxas stopped at 128 registers and kept an 8 B frame
-# in the masked k = 16 specs once the candidates were ranked at once; 168 compiles every sm_80
-# select spec frame-free at 24-144 registers (offline, Triton 3.9).
-AMPERE_SELECT_MAXNREG = 168
+# NVIDIA selections that rank their candidates (k >= RANK_FROM_K) take an explicit register cap:
+# left to itself ptxas stopped at 64 registers with an 8 B frame in masked bfloat16 specs (sm_80 at
+# k = 8 and 256 threads with Triton 3.9; sm_90 at k = 16 and 512 threads with Triton 3.6) and at
+# 128 in masked k = 16 specs of sm_80. SELECT_MAXNREG, or what one program of the launch's threads
+# may take, compiles them frame-free (offline compile matrix).
+SELECT_MAXNREG = 168
 
 
-def select_options(target: KernelTarget, k: int) -> dict:
-    """Compile options of ``_select_kernel`` (a register cap on sm_8x above k = 8, else none)."""
-    return {"maxnreg": AMPERE_SELECT_MAXNREG} if k > 8 and target.ampere_or_ada else {}
+def select_options(target: KernelTarget, k: int, warps: int) -> dict:
+    """Compile options of ``_select_kernel`` launched with ``warps``: the register cap on NVIDIA
+    from RANK_FROM_K, else none."""
+    if target.vendor != "nvidia" or k < RANK_FROM_K:
+        return {}
+    return {"maxnreg": min(SELECT_MAXNREG, SM_REGISTERS // (warps * target.warp_size))}
 
 
 def draft_topk(
@@ -529,13 +536,14 @@ def draft_topk(
         subs_per_row, mask, index, mask_map, num_masks, mask_width, BLOCK=config.block, SUB=config.sub, CHUNKED=config.chunked, **flags,
         num_warps=config.tile_warps,
     )
+    warps = select_warps(target, k, config.sub)
     _select_kernel[(rows,)](
         logits, logits.stride(0), logits.stride(1), vocab, chunk_max, chunk_sum, sub_orders, num_chunks, subs_per_row,
         mask, index, mask_map, num_masks, mask_width,
         token_map if token_map is not None else chunk_max,  # placeholder pointer, never read
         out[0], out[1], rank_slots.view(torch.int64) if k >= RANK_FROM_K else chunk_max,  # placeholder below RANK_FROM_K
         K=k, K_PAD=_padded(k), C_PAD=candidate_slots(k), SUB=config.sub, CHUNKS_PAD=_padded(num_chunks), SUBS_PAD=_padded(subs_per_row), **flags,
-        HAS_TOKEN_MAP=token_map is not None, num_warps=select_warps(target, k, config.sub), **select_options(target, k),
+        HAS_TOKEN_MAP=token_map is not None, num_warps=warps, **select_options(target, k, warps),
     )
     return out[0], out[1]
 
@@ -584,10 +592,11 @@ def _select_spec(target: KernelTarget, logit_type: str, k: int, config: TopkLaun
     constexprs = {"K": k, "K_PAD": _padded(k), "C_PAD": candidate_slots(k), "SUB": config.sub, "CHUNKS_PAD": _padded(config.chunks(vocab)),
                   "SUBS_PAD": _padded(config.subs_per_row(vocab)), "HAS_MASK": has_mask, "HAS_INDEX": has_index, "HAS_MAP": has_map,
                   "HAS_TOKEN_MAP": token_map_type is not None}
-    options = select_options(target, k)
+    warps = select_warps(target, k, config.sub)
+    options = select_options(target, k, warps)
     if not specialized:
-        return (_select_kernel, signature, constexprs, select_warps(target, k, config.sub), {}, options)
-    return runtime_specialized(target, _select_kernel, signature, constexprs, select_warps(target, k, config.sub), values={
+        return (_select_kernel, signature, constexprs, warps, {}, options)
+    return runtime_specialized(target, _select_kernel, signature, constexprs, warps, values={
         "stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_chunks": config.chunks(vocab), "subs_per_row": config.subs_per_row(vocab),
         "num_masks": 64 if has_mask else 0, "mask_width": cdiv(vocab, 32) if has_mask else 0}) + (options,)
 
@@ -610,7 +619,8 @@ def compile_specs(target: KernelTarget):
                 for specialized in (False, True):
                     key = ("stats", logit_type, config, vocab if specialized else None, masking)
                     specs[key] = _stats_spec(target, logit_type, config, vocab, masking, specialized)
-                    for k in (1, MAX_TOPK):
+                    # k = 8 too at the production shape: the ranked path at 32 candidate slots
+                    for k in (1, 8, MAX_TOPK) if production and logit_type in ("fp32", "bf16") else (1, MAX_TOPK):
                         token_maps = (masking[4],) if masking[2] else (None, "*i64") if production else (None,)
                         for token_map_type in token_maps:
                             key = ("select", logit_type, k, config, vocab if specialized else None, masking, token_map_type)

@@ -35,7 +35,7 @@ import triton.language as tl
 from spec_hal.types import DraftTree, Verdict
 from spec_hal.verify import record_walk_values
 
-from .launch import KernelTarget, cdiv, next_power_of_2, runtime_specialized
+from .launch import MAX_THREAD_REGISTERS, SM_REGISTERS, KernelTarget, cdiv, next_power_of_2, runtime_specialized
 from .masks import mask_row_base, token_allowed
 from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _sanitize_coins, _sanitize_probs,
                      _store_verdict, _verdict_buffers)
@@ -293,8 +293,6 @@ class TreeSamplingLaunch:
 # the H100 (Triton 3.6, fifteenth session) 16 ids a thread at 256 threads took 0.26-0.42x the time
 # of the earlier one id a thread at 1024 (BENCHMARKS.md).
 IDS_PER_THREAD = 16
-# 32-bit registers of an SM on sm_90 and sm_100; ptxas allows at most 255 a thread.
-SM_REGISTERS, MAX_THREAD_REGISTERS = 65536, 255
 
 
 def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> TreeSamplingLaunch:
