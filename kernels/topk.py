@@ -470,9 +470,9 @@ def select_warps(target: KernelTarget, k: int, sub: int) -> int:
     threads). With 32 a thread (128 threads, k = 16) the masked selection spilled 81-135
     registers on gfx942 and kept a 16 B local frame on sm_90. Ampere and Ada (sm_8x) take 256
     threads above k = 8: at 512, ptxas kept an 8 B frame at 40 registers in the selection with a
-    mask through a token map on sm_80, and at 1024 three; at 256 every k = 16 spec of sm_80
-    compiles clean (offline compile matrix, Triton 3.9; not timed: no Ampere GPU here), with
-    ``select_options``' register cap from k = 3."""
+    mask through a token map on sm_80, and at 1024 three; at 256, with ``select_options``'
+    register cap, every k = 16 spec of sm_80 compiles clean (offline compile matrix, Triton 3.9;
+    not timed: no Ampere GPU here)."""
     if target.vendor == "interpreter":
         return 1
     if k > 8 and target.ampere_or_ada:
@@ -608,7 +608,9 @@ def compile_specs(target: KernelTarget):
     time for contiguous logits (``launch.runtime_specialized``: the unit column stride is a
     constexpr). The statistics kernel is the same for every k; the selection kernel is compiled
     for the smallest and largest k (k sets its unrolled passes and the picked sub-tiles' width,
-    so these bound register use), with every logits dtype at the production shape."""
+    so these bound register use), with every logits dtype at the production shape, and there
+    also at k = 8 for float32 and bfloat16: the ranked path at 32 candidate slots and 256 threads,
+    where a masked bfloat16 spec kept a frame on sm_80 that k = 16 did not show."""
     specs = {}
     for rows, vocab in ((1, 151936), (256, 151936), (1, 127), (64, MAX_SUBS * SUB_WIDTH)):
         production = rows == 256
@@ -619,7 +621,6 @@ def compile_specs(target: KernelTarget):
                 for specialized in (False, True):
                     key = ("stats", logit_type, config, vocab if specialized else None, masking)
                     specs[key] = _stats_spec(target, logit_type, config, vocab, masking, specialized)
-                    # k = 8 too at the production shape: the ranked path at 32 candidate slots
                     for k in (1, 8, MAX_TOPK) if production and logit_type in ("fp32", "bf16") else (1, MAX_TOPK):
                         token_maps = (masking[4],) if masking[2] else (None, "*i64") if production else (None,)
                         for token_map_type in token_maps:
