@@ -1,18 +1,22 @@
 """Triton kernels of family ``topk``: ``draft_topk`` in two launches. Semantics: spec_hal/topk.py.
 
-Launch 1 (grid: rows x chunks) reads each logit exactly once and does the same work for every k.
-Every program owns one chunk of consecutive ``BLOCK``-wide tiles of one row and writes the
-chunk's max ``m``, its sum ``s = sum exp(x - m)`` (online softmax over its tiles) and the max of
-every ``SUB``-wide sub-tile of its tiles (as an order-preserving int32, so that a sub-tile holding
-only masked ids ranks below one holding a real -inf). Splitting every row into chunks is what
-keeps a small batch from running one row per program: at bs = 1 and V = 151,936 a chunk is one
-tile, 38-75 programs, not 1.
+Launch 1 (grid: rows x tiles) reads each logit exactly once and does the same work for every k.
+Every program owns one ``BLOCK``-wide tile of one row and writes the tile's max ``m``, its sum
+``s = sum exp(x - m)`` and the max of every ``SUB``-wide sub-tile (as an order-preserving int32,
+so that a sub-tile holding only masked ids ranks below one holding a real -inf). Splitting every
+row into tiles is what keeps a small batch from running one row per program: at bs = 1 and
+V = 151,936 a row is 75 programs, not 1.
 
 Launch 2 (grid: rows) finds the row's k best sub-tiles by (max descending, index ascending), reads
 those k sub-tiles again (k * SUB ids, not the row) and selects the row's k best elements among
 them, with ``M = max m``, ``Z = sum s * exp(m - M)`` (the online-softmax normaliser) and
 ``p = exp(v - M) / Z``. For k = 1 this is ``1 / Z``, the exact top-1 probability, without
 materialising a softmax.
+
+The two launches stay apart: one launch whose last program of each row (an arrival counter)
+selects took 1.3-1.7x the time at k >= 4 on the H100, its selection's registers taken by every
+tile program, and PDL (the selection launched early, waiting on launch 1) gained nothing
+(BENCHMARKS.md, seventeenth session).
 
 From k = 3 (``RANK_FROM_K``) the k best elements are ranked all at once rather than picked one
 max-reduction at a time: the candidates are the picked sub-tiles' elements at or above the k-th
@@ -172,33 +176,30 @@ def _picked_allowed(mask_ptr, index_ptr, row, picked, num_masks, mask_width, K_P
 
 
 @triton.jit
-def _add_tile(raw, tile, row, vocab, sub_order_row, run_max, run_sum, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
-              BLOCK: tl.constexpr, SUB: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_MAP: tl.constexpr):
-    """Stores the sub-tile maxima of one tile of raw logits and returns the (max, sum) of the
-    online softmax with the tile added."""
+def _tile_stats(raw, tile, row, vocab, sub_order_row, mask_ptr, index_ptr, map_ptr, num_masks, mask_width, BLOCK: tl.constexpr,
+                SUB: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_MAP: tl.constexpr):
+    """Stores the sub-tile maxima of one tile of raw logits and returns the tile's max ``m`` and
+    ``sum exp(x - m)`` (0 for a tile without a finite max)."""
     cols = tile * BLOCK + tl.arange(0, BLOCK)
     in_vocab = cols < vocab
     values, allowed = _logit_values(raw, cols, in_vocab, row, tile * BLOCK, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
                                     BLOCK, HAS_MASK, HAS_INDEX, HAS_MAP, True)
     sub_orders, tile_max = _sub_tile_orders(values, allowed, in_vocab, BLOCK, SUB, HAS_MASK)
     tl.store(sub_order_row + tile * (BLOCK // SUB) + tl.arange(0, BLOCK // SUB), sub_orders)
-    new_max = tl.maximum(run_max, tile_max)
-    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-    tile_sum = tl.sum(tl.where(in_vocab, tl.exp(values - safe_max), 0.0), axis=0)
-    return new_max, run_sum * tl.exp(run_max - safe_max) + tile_sum
+    safe_max = tl.where(tile_max == float("-inf"), 0.0, tile_max)
+    return tile_max, tl.sum(tl.where(in_vocab, tl.exp(values - safe_max), 0.0), axis=0)
 
 
 @triton.jit
-def _chunk_stats_kernel(
+def _tile_stats_kernel(
     logits_ptr,
     stride_row,
     stride_col,
     vocab,
-    chunk_max_ptr,
-    chunk_sum_ptr,
+    tile_max_ptr,
+    tile_sum_ptr,
     sub_order_ptr,
-    num_chunks,
-    tiles_per_chunk,
+    num_tiles,
     subs_per_row,
     mask_ptr,
     index_ptr,
@@ -207,41 +208,22 @@ def _chunk_stats_kernel(
     mask_width,
     BLOCK: tl.constexpr,
     SUB: tl.constexpr,
-    CHUNKED: tl.constexpr,
     HAS_MASK: tl.constexpr,
     HAS_INDEX: tl.constexpr,
     HAS_MAP: tl.constexpr,
 ):
     row = tl.program_id(0)
-    chunk = tl.program_id(1)
+    tile = tl.program_id(1)
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
     sub_order_row = sub_order_ptr + row.to(tl.int64) * subs_per_row
-    run_max = tl.full([], float("-inf"), tl.float32)
-    run_sum = tl.full([], 0.0, tl.float32)
-    if CHUNKED:  # several tiles a program, the next one read while this one is reduced
-        first_tile = chunk * tiles_per_chunk
-        end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, BLOCK))
-        # Loads stop at the chunk's end (a scalar bound: the interpreter rejects a vector mask
-        # combined with a 0-d bool).
-        chunk_end = tl.minimum(end_tile * BLOCK, vocab)
-        cols = first_tile * BLOCK + tl.arange(0, BLOCK)
-        raw_next = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=cols < chunk_end, other=0.0)
-        for tile in range(first_tile, end_tile):
-            raw = raw_next
-            next_cols = (tile + 1) * BLOCK + tl.arange(0, BLOCK)
-            raw_next = tl.load(row_ptr + next_cols.to(tl.int64) * stride_col, mask=next_cols < chunk_end, other=0.0)
-            run_max, run_sum = _add_tile(raw, tile, row, vocab, sub_order_row, run_max, run_sum, mask_ptr, index_ptr, map_ptr,
-                                         num_masks, mask_width, BLOCK, SUB, HAS_MASK, HAS_INDEX, HAS_MAP)
-    else:  # one tile a program (tiles_per_chunk is 1): no loop, no read-ahead (fewer live scalars:
-        # the read-ahead's spilled SGPRs on gfx942 with Triton 3.6 in masked launches with a map)
-        cols = chunk * BLOCK + tl.arange(0, BLOCK)
-        raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=cols < vocab, other=0.0)
-        run_max, run_sum = _add_tile(raw, chunk, row, vocab, sub_order_row, run_max, run_sum, mask_ptr, index_ptr, map_ptr,
-                                     num_masks, mask_width, BLOCK, SUB, HAS_MASK, HAS_INDEX, HAS_MAP)
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=cols < vocab, other=0.0)
+    tile_max, tile_sum = _tile_stats(raw, tile, row, vocab, sub_order_row, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
+                                     BLOCK, SUB, HAS_MASK, HAS_INDEX, HAS_MAP)
     # Stored as their bits: all of the scratch is one int32 allocation (spec_hal.device_buffers.carve).
-    slot = row.to(tl.int64) * num_chunks + chunk
-    tl.store(chunk_max_ptr + slot, run_max.to(tl.int32, bitcast=True))
-    tl.store(chunk_sum_ptr + slot, run_sum.to(tl.int32, bitcast=True))
+    slot = row.to(tl.int64) * num_tiles + tile
+    tl.store(tile_max_ptr + slot, tile_max.to(tl.int32, bitcast=True))
+    tl.store(tile_sum_ptr + slot, tile_sum.to(tl.int32, bitcast=True))
 
 
 @triton.jit
@@ -302,10 +284,10 @@ def _select_kernel(
     stride_row,
     stride_col,
     vocab,
-    chunk_max_ptr,
-    chunk_sum_ptr,
+    tile_max_ptr,
+    tile_sum_ptr,
     sub_order_ptr,
-    num_chunks,
+    num_tiles,
     subs_per_row,
     mask_ptr,
     index_ptr,
@@ -320,7 +302,7 @@ def _select_kernel(
     K_PAD: tl.constexpr,
     C_PAD: tl.constexpr,
     SUB: tl.constexpr,
-    CHUNKS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
     SUBS_PAD: tl.constexpr,
     HAS_MASK: tl.constexpr,
     HAS_INDEX: tl.constexpr,
@@ -329,16 +311,16 @@ def _select_kernel(
 ):
     row = tl.program_id(0)
     row64 = row.to(tl.int64)
-    chunks = tl.arange(0, CHUNKS_PAD)
-    chunk_ok = chunks < num_chunks
-    chunk_max = tl.load(chunk_max_ptr + row64 * num_chunks + chunks, mask=chunk_ok, other=-8388608).to(tl.float32, bitcast=True)  # -inf
-    chunk_sum = tl.load(chunk_sum_ptr + row64 * num_chunks + chunks, mask=chunk_ok, other=0).to(tl.float32, bitcast=True)
-    row_max = tl.max(chunk_max, axis=0)
+    tiles = tl.arange(0, TILES_PAD)
+    tile_ok = tiles < num_tiles
+    tile_max = tl.load(tile_max_ptr + row64 * num_tiles + tiles, mask=tile_ok, other=-8388608).to(tl.float32, bitcast=True)  # -inf
+    tile_sum = tl.load(tile_sum_ptr + row64 * num_tiles + tiles, mask=tile_ok, other=0).to(tl.float32, bitcast=True)
+    row_max = tl.max(tile_max, axis=0)
     row_finite = row_max > float("-inf")
     safe_row_max = tl.where(row_finite, row_max, 0.0)
-    scale = tl.where(chunk_max > float("-inf"), tl.exp(chunk_max - safe_row_max), 0.0)
+    scale = tl.where(tile_max > float("-inf"), tl.exp(tile_max - safe_row_max), 0.0)
     # An all -inf row has no normaliser; 1.0 keeps the (discarded) division finite.
-    normaliser = tl.where(row_finite, tl.sum(chunk_sum * scale, axis=0), 1.0)
+    normaliser = tl.where(row_finite, tl.sum(tile_sum * scale, axis=0), 1.0)
 
     # The row's K best sub-tiles by (max descending, index ascending); lanes past the row's
     # sub-tiles stay -1 (a row of fewer than K sub-tiles still holds K ids, all in those it has).
@@ -394,28 +376,16 @@ def _select_kernel(
 class TopkLaunch:
     block: int
     tile_warps: int
-    tiles_per_chunk: int
     sub: int = 256  # sub-tile width (the selection reads k of them again); at most ``block``
 
-    @property
-    def chunked(self) -> bool:
-        return self.tiles_per_chunk > 1
-
-    def chunks(self, vocab: int) -> int:
-        return cdiv(cdiv(vocab, self.block), self.tiles_per_chunk)
+    def tiles(self, vocab: int) -> int:
+        return cdiv(vocab, self.block)
 
     def subs_per_row(self, vocab: int) -> int:
-        return cdiv(vocab, self.block) * (self.block // self.sub)
+        return self.tiles(vocab) * (self.block // self.sub)
 
 
 MASKED_BLOCK = 2048  # widest tile of a masked launch
-# Long rows over few programs: 2048-id tiles in chunks of at least CHUNK_MIN_TILES (64K ids), about
-# CHUNK_PROGRAMS_PER_SM programs per SM. Chunks measured 3-8% slower than one tile a program at
-# 21-25 tiles (bs 128) and 6-9% faster at 32 or more (bs >= 256, V >= 128256) on the H100. Masked
-# launches keep one tile a program: the mask loads of a chunk's read-ahead kept an 8-16 B local
-# frame on sm_80 / sm_90 / sm_100 (offline compile matrix, Triton 3.9).
-CHUNK_MIN_TILES = 32
-CHUNK_PROGRAMS_PER_SM = 2
 # Sub-tiles of SUB_WIDTH ids (fewer in a narrower tile). The selection ranks a row's sub-tile
 # maxima in one tensor of at most MAX_SUBS (compiled clean on all six targets at that size), so
 # rows over 524,288 ids (no known draft vocabulary) take the reference instead.
@@ -430,28 +400,28 @@ def _padded(count: int) -> int:
 
 @functools.lru_cache(maxsize=1024)  # a pure function of (target, ints): computed once per shape
 def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = False) -> TopkLaunch:
-    """Tile width, warps, tiles per chunk and sub-tile width per target; the same for every k.
+    """Tile width, warps and sub-tile width per target; the same for every k. Every program
+    reads one tile of one row.
 
-    Large unmasked batches of long rows give each program a chunk of its row (``CHUNK_MIN_TILES``);
-    other shapes give each program one tile, and small batches use narrower tiles so that a row
-    spreads over more programs (more SMs busy). AMD runs wave64, so the same 256 threads per
-    program are 4 warps instead of 8. The interpreter runs one Python loop per program, so it takes
-    the widest tile, one per row, and sub-tiles of 256 ids at most. A masked launch has tiles of at
-    most MASKED_BLOCK (the mask and map loads spill at 16 elements per thread on sm_90).
+    Small batches use 2048-id tiles so that a row spreads over more programs (more SMs busy),
+    others 4096. AMD runs wave64, so the same 256 threads per program are 4 warps instead of 8.
+    The interpreter runs one Python loop per program, so it takes the widest tile, one per row,
+    and sub-tiles of 256 ids at most. A masked launch has tiles of at most MASKED_BLOCK (the mask
+    and map loads spill at 16 elements per thread on sm_90).
+
+    Until 2026-11-27 large batches of long rows (from about 132 rows at V 151,936 on the H100)
+    gave each program a chunk of 32 or more 2048-id tiles, read one ahead. One 4096-id tile a
+    program took 0.78-0.98x of that time at every such shape measured (bs 160-2048; BENCHMARKS.md,
+    seventeenth session), so the chunks are gone.
     """
     if target.vendor == "interpreter":
         block = min(max(next_power_of_2(vocab), 16), 65536)
-        return TopkLaunch(block=block, tile_warps=1, tiles_per_chunk=1, sub=min(block, SUB_WIDTH))
-    warps = target.warps(256)
-    tiles = cdiv(vocab, 2048)
-    chunk_tiles = cdiv(tiles, max(1, min(tiles, cdiv(CHUNK_PROGRAMS_PER_SM * target.multiprocessors, max(rows, 1)))))
-    if chunk_tiles >= CHUNK_MIN_TILES and not masked:
-        return TopkLaunch(block=2048, tile_warps=warps, tiles_per_chunk=chunk_tiles, sub=SUB_WIDTH)
+        return TopkLaunch(block=block, tile_warps=1, sub=min(block, SUB_WIDTH))
     block = 2048 if rows * cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
     block = min(block, max(next_power_of_2(vocab), 128))
     if masked:
         block = min(block, MASKED_BLOCK)
-    return TopkLaunch(block=block, tile_warps=warps, tiles_per_chunk=1, sub=min(block, SUB_WIDTH))
+    return TopkLaunch(block=block, tile_warps=target.warps(256), sub=min(block, SUB_WIDTH))
 
 
 # From k = RANK_FROM_K the selection ranks its candidates all at once when there are at most
@@ -465,16 +435,31 @@ def candidate_slots(k: int) -> int:
     return max(32, 4 * _padded(k)) if k >= RANK_FROM_K else 0
 
 
-def select_warps(target: KernelTarget, k: int, sub: int) -> int:
+# From NARROW_SELECT_ROWS_PER_SM rows per SM, NVIDIA selections up to k = NARROW_SELECT_MAX_K take
+# 128 threads.
+NARROW_SELECT_ROWS_PER_SM = 2
+NARROW_SELECT_MAX_K = 8
+
+
+def select_warps(target: KernelTarget, k: int, sub: int, rows: int) -> int:
     """Warps of ``_select_kernel``: about 8 of the picked sub-tiles' ids a thread (128 to 512
     threads). With 32 a thread (128 threads, k = 16) the masked selection spilled 81-135
-    registers on gfx942 and kept a 16 B local frame on sm_90. Ampere and Ada (sm_8x) take 256
-    threads above k = 8: at 512, ptxas kept an 8 B frame at 40 registers in the selection with a
-    mask through a token map on sm_80, and at 1024 three; at 256, with ``select_options``'
-    register cap, every k = 16 spec of sm_80 compiles clean (offline compile matrix, Triton 3.9;
-    not timed: no Ampere GPU here)."""
+    registers on gfx942. Ampere and Ada (sm_8x) take 256 threads above k = 8: at 512, ptxas kept
+    an 8 B frame at 40 registers in the selection with a mask through a token map on sm_80, and at
+    1024 three; at 256, with ``select_options``' register cap, every k = 16 spec of sm_80 compiles
+    clean (offline compile matrix, Triton 3.9; not timed: no Ampere GPU here).
+
+    On NVIDIA, a launch of at least NARROW_SELECT_ROWS_PER_SM rows per SM and k up to
+    NARROW_SELECT_MAX_K takes 128 threads: with that many rows, more programs resident per SM beat
+    wider ones (H100, 512-4096 rows: k = 8 0.90-0.96x of the time at 256 threads; at 64-128 rows
+    128 threads were up to 3% slower; BENCHMARKS.md, seventeenth session). k = 16 ran in
+    0.66-0.87x there too, but at 128 threads it kept 24-272 B local frames under its 168-register
+    cap on sm_80 and sm_90 (offline compile matrix), so it keeps 512. AMD keeps the wider launch
+    (not measured; spills above)."""
     if target.vendor == "interpreter":
         return 1
+    if target.vendor == "nvidia" and k <= NARROW_SELECT_MAX_K and rows >= NARROW_SELECT_ROWS_PER_SM * target.multiprocessors:
+        return target.warps(128)
     if k > 8 and target.ampere_or_ada:
         return target.warps(256)
     return target.warps(min(512, max(128, _padded(k) * sub // 8)))
@@ -520,35 +505,35 @@ def draft_topk(
         out = (torch.empty((rows, k), dtype=torch.float32, device=device), torch.empty((rows, k), dtype=torch.int64, device=device))
     if rows == 0:
         return out[0], out[1]
-    num_chunks = config.chunks(vocab)
+    num_tiles = config.tiles(vocab)
     if token_map is not None:
         token_map = token_map.contiguous()  # indexed with unit stride (a no-op for the usual map)
     # Scratch from torch's caching allocator (no device malloc per call, capture-safe), one piece.
-    chunk_max, chunk_sum, sub_orders, rank_slots = int32_parts(
-        (rows * num_chunks, rows * num_chunks, rows * subs_per_row, rows * 2 * candidate_slots(k)), device)
-    mask = token_bitmask.contiguous() if has_mask else chunk_max  # placeholders, never read
+    tile_max, tile_sum, sub_orders, rank_slots = int32_parts(
+        (rows * num_tiles, rows * num_tiles, rows * subs_per_row, rows * 2 * candidate_slots(k)), device)
+    mask = token_bitmask.contiguous() if has_mask else tile_max  # placeholders, never read
     index = bitmask_index.contiguous() if bitmask_index is not None else mask  # read with unit stride
     mask_map = token_map if has_mask and token_map is not None else mask
     num_masks, mask_width = (mask.shape[0], mask.shape[1]) if has_mask else (0, 0)
     flags = dict(HAS_MASK=has_mask, HAS_INDEX=bitmask_index is not None, HAS_MAP=has_mask and token_map is not None)
-    _chunk_stats_kernel[(rows, num_chunks)](
-        logits, logits.stride(0), logits.stride(1), vocab, chunk_max, chunk_sum, sub_orders, num_chunks, config.tiles_per_chunk,
-        subs_per_row, mask, index, mask_map, num_masks, mask_width, BLOCK=config.block, SUB=config.sub, CHUNKED=config.chunked, **flags,
+    _tile_stats_kernel[(rows, num_tiles)](
+        logits, logits.stride(0), logits.stride(1), vocab, tile_max, tile_sum, sub_orders, num_tiles, subs_per_row,
+        mask, index, mask_map, num_masks, mask_width, BLOCK=config.block, SUB=config.sub, **flags,
         num_warps=config.tile_warps,
     )
-    warps = select_warps(target, k, config.sub)
+    warps = select_warps(target, k, config.sub, rows)
     _select_kernel[(rows,)](
-        logits, logits.stride(0), logits.stride(1), vocab, chunk_max, chunk_sum, sub_orders, num_chunks, subs_per_row,
+        logits, logits.stride(0), logits.stride(1), vocab, tile_max, tile_sum, sub_orders, num_tiles, subs_per_row,
         mask, index, mask_map, num_masks, mask_width,
-        token_map if token_map is not None else chunk_max,  # placeholder pointer, never read
-        out[0], out[1], rank_slots.view(torch.int64) if k >= RANK_FROM_K else chunk_max,  # placeholder below RANK_FROM_K
-        K=k, K_PAD=_padded(k), C_PAD=candidate_slots(k), SUB=config.sub, CHUNKS_PAD=_padded(num_chunks), SUBS_PAD=_padded(subs_per_row), **flags,
+        token_map if token_map is not None else tile_max,  # placeholder pointer, never read
+        out[0], out[1], rank_slots.view(torch.int64) if k >= RANK_FROM_K else tile_max,  # placeholder below RANK_FROM_K
+        K=k, K_PAD=_padded(k), C_PAD=candidate_slots(k), SUB=config.sub, TILES_PAD=_padded(num_tiles), SUBS_PAD=_padded(subs_per_row), **flags,
         HAS_TOKEN_MAP=token_map is not None, num_warps=warps, **select_options(target, k, warps),
     )
     return out[0], out[1]
 
 
-PROVIDERS = {"draft_topk": (draft_topk, "kernels/topk.py: chunk statistics and sub-tile maxima, then the k best sub-tiles read again, 2 launches")}
+PROVIDERS = {"draft_topk": (draft_topk, "kernels/topk.py: tile statistics and sub-tile maxima, then the k best sub-tiles read again, 2 launches")}
 
 _LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
 
@@ -567,55 +552,56 @@ def _mask_signature(has_mask, has_index, has_map, index_type, map_type) -> dict:
 def _stats_spec(target: KernelTarget, logit_type: str, config: TopkLaunch, vocab: int, masking, specialized: bool):
     has_mask, has_index, has_map = masking[:3]
     signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
-                 "chunk_max_ptr": "*i32", "chunk_sum_ptr": "*i32", "sub_order_ptr": "*i32", "num_chunks": "i32",
-                 "tiles_per_chunk": "i32", "subs_per_row": "i32", **_mask_signature(*masking),
-                 "BLOCK": "constexpr", "SUB": "constexpr", "CHUNKED": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr",
+                 "tile_max_ptr": "*i32", "tile_sum_ptr": "*i32", "sub_order_ptr": "*i32", "num_tiles": "i32",
+                 "subs_per_row": "i32", **_mask_signature(*masking),
+                 "BLOCK": "constexpr", "SUB": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr",
                  "HAS_MAP": "constexpr"}
-    constexprs = {"BLOCK": config.block, "SUB": config.sub, "CHUNKED": config.chunked, "HAS_MASK": has_mask, "HAS_INDEX": has_index,
+    constexprs = {"BLOCK": config.block, "SUB": config.sub, "HAS_MASK": has_mask, "HAS_INDEX": has_index,
                   "HAS_MAP": has_map}
     if not specialized:
-        return (_chunk_stats_kernel, signature, constexprs, config.tile_warps)
-    return runtime_specialized(target, _chunk_stats_kernel, signature, constexprs, config.tile_warps, values={
-        "stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_chunks": config.chunks(vocab), "tiles_per_chunk": config.tiles_per_chunk,
+        return (_tile_stats_kernel, signature, constexprs, config.tile_warps)
+    return runtime_specialized(target, _tile_stats_kernel, signature, constexprs, config.tile_warps, values={
+        "stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_tiles": config.tiles(vocab),
         "subs_per_row": config.subs_per_row(vocab), "num_masks": 64 if has_mask else 0, "mask_width": cdiv(vocab, 32) if has_mask else 0})
 
 
-def _select_spec(target: KernelTarget, logit_type: str, k: int, config: TopkLaunch, vocab: int, masking, token_map_type,
+def _select_spec(target: KernelTarget, logit_type: str, k: int, rows: int, config: TopkLaunch, vocab: int, masking, token_map_type,
                  specialized: bool):
     has_mask, has_index, has_map = masking[:3]
     signature = {"logits_ptr": f"*{logit_type}", "stride_row": "i64", "stride_col": "i64", "vocab": "i32",
-                 "chunk_max_ptr": "*i32", "chunk_sum_ptr": "*i32", "sub_order_ptr": "*i32", "num_chunks": "i32", "subs_per_row": "i32",
+                 "tile_max_ptr": "*i32", "tile_sum_ptr": "*i32", "sub_order_ptr": "*i32", "num_tiles": "i32", "subs_per_row": "i32",
                  **_mask_signature(*masking), "token_map_ptr": token_map_type or "*i32", "probs_ptr": "*fp32", "ids_ptr": "*i64",
                  "rank_ptr": "*i64" if k >= RANK_FROM_K else "*i32",
-                 "K": "constexpr", "K_PAD": "constexpr", "C_PAD": "constexpr", "SUB": "constexpr", "CHUNKS_PAD": "constexpr", "SUBS_PAD": "constexpr",
+                 "K": "constexpr", "K_PAD": "constexpr", "C_PAD": "constexpr", "SUB": "constexpr", "TILES_PAD": "constexpr", "SUBS_PAD": "constexpr",
                  "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "HAS_MAP": "constexpr", "HAS_TOKEN_MAP": "constexpr"}
-    constexprs = {"K": k, "K_PAD": _padded(k), "C_PAD": candidate_slots(k), "SUB": config.sub, "CHUNKS_PAD": _padded(config.chunks(vocab)),
+    constexprs = {"K": k, "K_PAD": _padded(k), "C_PAD": candidate_slots(k), "SUB": config.sub, "TILES_PAD": _padded(config.tiles(vocab)),
                   "SUBS_PAD": _padded(config.subs_per_row(vocab)), "HAS_MASK": has_mask, "HAS_INDEX": has_index, "HAS_MAP": has_map,
                   "HAS_TOKEN_MAP": token_map_type is not None}
-    warps = select_warps(target, k, config.sub)
+    warps = select_warps(target, k, config.sub, rows)
     options = select_options(target, k, warps)
     if not specialized:
         return (_select_kernel, signature, constexprs, warps, {}, options)
     return runtime_specialized(target, _select_kernel, signature, constexprs, warps, values={
-        "stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_chunks": config.chunks(vocab), "subs_per_row": config.subs_per_row(vocab),
+        "stride_row": vocab, "stride_col": 1, "vocab": vocab, "num_tiles": config.tiles(vocab), "subs_per_row": config.subs_per_row(vocab),
         "num_masks": 64 if has_mask else 0, "mask_width": cdiv(vocab, 32) if has_mask else 0}) + (options,)
 
 
 def compile_specs(target: KernelTarget):
     """Every distinct (kernel, signature, constexprs, num_warps[, attrs]) the host function launches
-    on ``target``: each launch config (one tile a program, chunked, masked, a short row), each
+    on ``target``: each launch config (2048- and 4096-id tiles, masked, a short row), each
     masking and token map, each generic (misaligned pointers) and as Triton specialises it at run
     time for contiguous logits (``launch.runtime_specialized``: the unit column stride is a
     constexpr). The statistics kernel is the same for every k; the selection kernel is compiled
     for the smallest and largest k (k sets its unrolled passes and the picked sub-tiles' width,
     so these bound register use), with every logits dtype at the production shape, and there
     also at k = 8 for float32 and bfloat16: the ranked path at 32 candidate slots and 256 threads,
-    where a masked bfloat16 spec kept a frame on sm_80 that k = 16 did not show."""
+    where a masked bfloat16 spec kept a frame on sm_80 that k = 16 did not show. 2048 rows (float32
+    and bfloat16) build the 128-thread selection NVIDIA takes for many rows (``select_warps``)."""
     specs = {}
-    for rows, vocab in ((1, 151936), (256, 151936), (1, 127), (64, MAX_SUBS * SUB_WIDTH)):
-        production = rows == 256
+    for rows, vocab in ((1, 151936), (256, 151936), (2048, 151936), (1, 127), (64, MAX_SUBS * SUB_WIDTH)):
+        production = rows >= 256
         widest = vocab == MAX_SUBS * SUB_WIDTH  # the most sub-tile maxima the selection ranks
-        for logit_type in (_LOGIT_TYPES if production else ("fp32",) if widest else ("fp32", "bf16")):
+        for logit_type in (_LOGIT_TYPES if rows == 256 else ("fp32",) if widest else ("fp32", "bf16")):
             for masking in (_MASKINGS[:2] if widest else _MASKINGS):
                 config = launch_config(target, rows, vocab, masking[0])
                 for specialized in (False, True):
@@ -624,18 +610,19 @@ def compile_specs(target: KernelTarget):
                     for k in (1, 8, MAX_TOPK) if production and logit_type in ("fp32", "bf16") else (1, MAX_TOPK):
                         token_maps = (masking[4],) if masking[2] else (None, "*i64") if production else (None,)
                         for token_map_type in token_maps:
-                            key = ("select", logit_type, k, config, vocab if specialized else None, masking, token_map_type)
-                            specs[key] = _select_spec(target, logit_type, k, config, vocab, masking, token_map_type, specialized)
+                            warps = select_warps(target, k, config.sub, rows)
+                            key = ("select", logit_type, k, config, warps, vocab if specialized else None, masking, token_map_type)
+                            specs[key] = _select_spec(target, logit_type, k, rows, config, vocab, masking, token_map_type, specialized)
     return list(specs.values())
 
 
 def describe_launch(target: KernelTarget) -> list[str]:
     lines = []
-    for rows, vocab in ((1, 151936), (64, 151936), (256, 32000), (256, 151936)):
+    for rows, vocab in ((1, 151936), (64, 151936), (256, 32000), (256, 151936), (2048, 151936)):
         config = launch_config(target, rows, vocab)
         lines.append(
-            f"draft_topk bs={rows} V={vocab}: BLOCK={config.block}, {cdiv(vocab, config.block)} tiles/row in "
-            f"{config.chunks(vocab)} chunks, sub-tiles of {config.sub}, {config.tile_warps} warps x {target.warp_size} lanes; "
-            f"selection {select_warps(target, 1, config.sub)}-{select_warps(target, MAX_TOPK, config.sub)} warps (k = 1-{MAX_TOPK})"
+            f"draft_topk bs={rows} V={vocab}: BLOCK={config.block}, {config.tiles(vocab)} tiles/row, "
+            f"sub-tiles of {config.sub}, {config.tile_warps} warps x {target.warp_size} lanes; selection "
+            f"{select_warps(target, 1, config.sub, rows)}-{select_warps(target, MAX_TOPK, config.sub, rows)} warps (k = 1-{MAX_TOPK})"
         )
     return lines

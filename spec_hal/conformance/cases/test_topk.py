@@ -65,10 +65,9 @@ def test_draft_topk_matches_reference(backend, vocab, k, rows, dtype):
     _check_invariants(logits_cpu, k, probs, ids)
 
 
-# Long rows in a large batch: on a GPU each program then owns a chunk of many tiles of its row
-# (kernels/topk.py, unmasked: 320 rows of 66,000 ids are 33-tile chunks on a 132-SM H100); the grid
-# above gives every program one tile. The selection then reads each row's k best 256-id sub-tiles
-# again: an ascending row puts them all at the end, and bfloat16 rounding and the "ties" rows put
+# Long rows in a large batch: a row is many tiles, and 320 rows are over two a SM on a 132-SM H100,
+# where the selection up to k = 8 runs at 128 threads (kernels/topk.py: select_warps); the grid
+# above stays below that. The selection reads each row's k best 256-id sub-tiles again: an ascending row puts them all at the end, and bfloat16 rounding and the "ties" rows put
 # equal maxima on many sub-tiles, where the lower index must win.
 @pytest.mark.parametrize("k, dtype, masked", [(1, torch.float32, False), (4, torch.bfloat16, False), (8, torch.float32, False),
                                               (16, torch.float32, False), (8, torch.float32, True)],

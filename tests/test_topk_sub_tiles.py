@@ -1,11 +1,10 @@
-"""``draft_topk``'s two kernels with several tiles per program and several sub-tiles per tile
-(kernels/topk.py): the chunk statistics, the sub-tile maxima and the selection that reads the k
+"""``draft_topk``'s two kernels with several tiles per row and several sub-tiles per tile
+(kernels/topk.py): the tile statistics, the sub-tile maxima and the selection that reads the k
 best sub-tiles again.
 
 The interpreter's own launch config gives every row one tile of at most 256-id sub-tiles, so the
-conformance suite never merges chunks or ranks small sub-tiles there. This test launches the
-kernels through the interpreter with 32-id tiles, 1, 3 and all tiles per chunk, and 32-, 8- and
-16-id sub-tiles, on logits chosen to make the sub-tile order matter (ascending and descending
+conformance suite never merges tiles or ranks small sub-tiles there. This test launches the
+kernels through the interpreter with 32- and 64-id tiles and 32-, 8- and 16-id sub-tiles, on logits chosen to make the sub-tile order matter (ascending and descending
 rows, heavy ties between sub-tile maxima, NaN/inf, all -inf and all-NaN rows, masks with fewer
 allowed tokens than k and a row allowing nothing, a token map), and compares ids bit for bit and
 probabilities within the suite's tolerance with the cpu reference. Reversing the sub-tiles' tie
@@ -24,15 +23,14 @@ PROBE = textwrap.dedent("""
 
     default_launch = kt.launch_config
 
-    def launch_with(tiles_per_chunk, sub):
+    def launch_with(block, sub):
         def launch(target, rows, vocab, masked=False):
-            tiles = -(-vocab // 32)
-            return kt.TopkLaunch(block=32, tile_warps=1, tiles_per_chunk=min(tiles_per_chunk, tiles), sub=sub)
+            return kt.TopkLaunch(block=block, tile_warps=1, sub=sub)
         return launch
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
     generator = torch.Generator().manual_seed(5)
-    rows, vocab = 8, 150  # 5 tiles of 32 ids, the last one partial
+    rows, vocab = 8, 150  # 5 tiles of 32 ids or 3 of 64, the last one partial
     logits = torch.randn(rows, vocab, generator=generator)
     logits[1] = torch.arange(vocab, dtype=torch.float32)            # every tile beats the floor
     logits[2] = -torch.arange(vocab, dtype=torch.float32)           # only the first tile enters
@@ -61,8 +59,8 @@ PROBE = textwrap.dedent("""
         "masked token map": {"token_map": token_map, "token_bitmask": pack_bitmask(allowed[:, token_map.argsort()])},
     }
     results = {}
-    for tiles_per_chunk, sub in ((1, 32), (3, 8), (5, 16)):
-        kt.launch_config = launch_with(tiles_per_chunk, sub)
+    for block, sub in ((32, 32), (32, 8), (64, 16)):
+        kt.launch_config = launch_with(block, sub)
         for name, args in cases.items():
             args = dict(args)
             x = logits.to(args.pop("dtype", torch.float32))
@@ -70,23 +68,23 @@ PROBE = textwrap.dedent("""
                 want, got = reference.draft_topk(x, k, **args), kernels.draft_topk(x, k, **args)
                 same_ids = torch.equal(want[1], got[1])
                 close = torch.allclose(want[0], got[0], rtol=1e-5, atol=1e-7)
-                results[f"tiles_per_chunk={tiles_per_chunk} sub={sub} {name} k={k}"] = bool(same_ids and close)
+                results[f"block={block} sub={sub} {name} k={k}"] = bool(same_ids and close)
     # Rows of more sub-tiles than the selection ranks take the reference (20 sub-tiles of 8 ids
     # here) and launch no kernel: the kernels would rank them correctly too, so equal ids alone
     # would not show that the fallback ran.
     class NotLaunched:
         def __getitem__(self, grid):
             raise AssertionError("a kernel was launched for a row over MAX_SUBS sub-tiles")
-    kt.launch_config = launch_with(1, 8)
+    kt.launch_config = launch_with(32, 8)
     kt.MAX_SUBS = 4
-    kt._chunk_stats_kernel = kt._select_kernel = NotLaunched()
+    kt._tile_stats_kernel = kt._select_kernel = NotLaunched()
     want, got = reference.draft_topk(logits, 5), kernels.draft_topk(logits, 5)
     results["over MAX_SUBS"] = bool(torch.equal(want[1], got[1]) and torch.allclose(want[0], got[0], rtol=1e-5, atol=1e-7))
     print(json.dumps(results))
 """)
 
 
-def test_chunks_and_sub_tiles_match_the_reference():
+def test_tiles_and_sub_tiles_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
     assert len(results) == 3 * 6 * 4 + 1
     assert all(results.values()), {case: same for case, same in results.items() if not same}
