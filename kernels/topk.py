@@ -411,8 +411,8 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
 
     Until 2026-11-27 large batches of long rows (from about 132 rows at V 151,936 on the H100)
     gave each program a chunk of 32 or more 2048-id tiles, read one ahead. One 4096-id tile a
-    program took 0.78-0.98x of that time at every such shape measured (bs 160-2048; BENCHMARKS.md,
-    seventeenth session), so the chunks are gone.
+    program took 0.79-0.99x of that time at 160-2048 rows with V >= 128256 and the same time at
+    4096 rows (H100; BENCHMARKS.md, seventeenth session), so the chunks are gone.
     """
     if target.vendor == "interpreter":
         block = min(max(next_power_of_2(vocab), 16), 65536)
@@ -451,7 +451,7 @@ def select_warps(target: KernelTarget, k: int, sub: int, rows: int) -> int:
 
     On NVIDIA, a launch of at least NARROW_SELECT_ROWS_PER_SM rows per SM and k up to
     NARROW_SELECT_MAX_K takes 128 threads: with that many rows, more programs resident per SM beat
-    wider ones (H100, 512-4096 rows: k = 8 0.90-0.96x of the time at 256 threads; at 64-128 rows
+    wider ones (H100, 512-4096 rows: k = 8 0.90-0.98x of the time at 256 threads; at 64-128 rows
     128 threads were up to 3% slower; BENCHMARKS.md, seventeenth session). k = 16 ran in
     0.66-0.87x there too, but at 128 threads it kept 24-272 B local frames under its 168-register
     cap on sm_80 and sm_90 (offline compile matrix), so it keeps 512. AMD keeps the wider launch
