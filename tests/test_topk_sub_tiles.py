@@ -3,13 +3,13 @@
 best sub-tiles again.
 
 The interpreter's own launch config gives every row one tile of at most 256-id sub-tiles, so the
-conformance suite never merges tiles or ranks small sub-tiles there. This test launches the
-kernels through the interpreter with 32- and 64-id tiles and 32-, 8- and 16-id sub-tiles, on logits chosen to make the sub-tile order matter (ascending and descending
-rows, heavy ties between sub-tile maxima, NaN/inf, all -inf and all-NaN rows, masks with fewer
-allowed tokens than k and a row allowing nothing, a token map), and compares ids bit for bit and
-probabilities within the suite's tolerance with the cpu reference. Reversing the sub-tiles' tie
-order (index descending) fails it. Runs in a fresh process: TRITON_INTERPRET must be set before
-kernels are defined.
+conformance suite never merges tiles or ranks small sub-tiles there. This test launches the kernels
+through the interpreter with 32- and 64-id tiles and 32-, 8- and 16-id sub-tiles, on logits chosen
+to make the sub-tile order matter (ascending and descending rows, heavy ties between sub-tile
+maxima, NaN/inf, all -inf and all-NaN rows, masks with fewer allowed tokens than k and a row
+allowing nothing, a token map), and compares ids bit for bit and probabilities within the suite's
+tolerance with the cpu reference. Reversing the sub-tiles' tie order (index descending) fails it.
+Runs in a fresh process: TRITON_INTERPRET must be set before kernels are defined.
 """
 import textwrap
 
@@ -20,8 +20,6 @@ PROBE = textwrap.dedent("""
     import spec_hal
     from spec_hal.masks import pack_bitmask
     import spec_hal.kernels.topk as kt
-
-    default_launch = kt.launch_config
 
     def launch_with(block, sub):
         def launch(target, rows, vocab, masked=False):

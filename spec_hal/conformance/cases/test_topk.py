@@ -67,8 +67,9 @@ def test_draft_topk_matches_reference(backend, vocab, k, rows, dtype):
 
 # Long rows in a large batch: a row is many tiles, and 320 rows are over two a SM on a 132-SM H100,
 # where the selection up to k = 8 runs at 128 threads (kernels/topk.py: select_warps); the grid
-# above stays below that. The selection reads each row's k best 256-id sub-tiles again: an ascending row puts them all at the end, and bfloat16 rounding and the "ties" rows put
-# equal maxima on many sub-tiles, where the lower index must win.
+# above stays below that. The selection reads each row's k best 256-id sub-tiles again: an
+# ascending row puts them all at the end, and bfloat16 rounding and the "ties" rows put equal
+# maxima on many sub-tiles, where the lower index must win.
 @pytest.mark.parametrize("k, dtype, masked", [(1, torch.float32, False), (4, torch.bfloat16, False), (8, torch.float32, False),
                                               (16, torch.float32, False), (8, torch.float32, True)],
                          ids=["k1-float32", "k4-bfloat16", "k8-float32", "k16-float32", "k8-masked"])
