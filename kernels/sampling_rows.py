@@ -320,11 +320,14 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
     row_max, _ = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)
     row_offsets = row.to(tl.int64) * stride_row
     shift = 12 - 4 * DIGIT
-    bins = tl.arange(0, DIGIT_BINS)[None, None, :]
+    bins = tl.arange(0, DIGIT_BINS)[None, :, None]
     # Per-lane sums, reduced once after the chunk: a reduction per tile (two (tile, 16) sums
-    # through shared memory) made this pass 4x slower than the others on the H100.
-    mass = tl.zeros([BLOCK_R, BLOCK_V, DIGIT_BINS], dtype=tl.int64)
-    count = tl.zeros([BLOCK_R, BLOCK_V, DIGIT_BINS], dtype=tl.int32)
+    # through shared memory) made this pass 4x slower than the others on the H100. The bins are
+    # the middle axis so that a thread holds all 16 of its ids' bins: with the bins last, the
+    # default layout spread them over 16 lanes, and every tile's digits and weights went through
+    # shared memory to reach them (3 layout conversions a tile; the pass took 4x the others).
+    mass = tl.zeros([BLOCK_R, DIGIT_BINS, BLOCK_V], dtype=tl.int64)
+    count = tl.zeros([BLOCK_R, DIGIT_BINS, BLOCK_V], dtype=tl.int32)
     any_top_p = tl.max(use_top_p.to(tl.int32), axis=0) > 0
     any_top_k = tl.max(use_top_k.to(tl.int32), axis=0) > 0
     if any_top_p | any_top_k:
@@ -337,15 +340,15 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
                 above = level - prefix_p[:, None]
                 in_window = ok & use_top_p[:, None] & (above >= 0) & (above < (16 << shift))
                 weight = tl.where(in_window, _weights(level, table_ptr), 0)
-                mass += tl.where((above >> shift).to(tl.int32)[:, :, None] == bins, weight[:, :, None], 0)
+                mass += tl.where((above >> shift).to(tl.int32)[:, None, :] == bins, weight[:, None, :], 0)
             if any_top_k:
                 above = level - prefix_k[:, None]
                 in_window = ok & use_top_k[:, None] & (above >= 0) & (above < (16 << shift))
                 digit = tl.where(in_window, (above >> shift).to(tl.int32), DIGIT_BINS)
-                count += (digit[:, :, None] == bins).to(tl.int32)
+                count += (digit[:, None, :] == bins).to(tl.int32)
     offsets = _bins_offsets(DIGIT, row, chunk, rows, chunks)
-    tl.store(bins_ptr + offsets, tl.sum(mass, axis=1), mask=row_ok[:, None])
-    tl.store(bins_ptr + offsets + DIGIT_BINS, tl.sum(count, axis=1).to(tl.int64), mask=row_ok[:, None])
+    tl.store(bins_ptr + offsets, tl.sum(mass, axis=2), mask=row_ok[:, None])
+    tl.store(bins_ptr + offsets + DIGIT_BINS, tl.sum(count, axis=2).to(tl.int64), mask=row_ok[:, None])
 
 
 @triton.jit
@@ -457,6 +460,11 @@ def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, ro
 # ----------------------------------------------------------------------------------------------
 # launch config
 
+# Left to itself, ptxas (Triton 3.9, sm_90) compiled the level-bin pass at 80 registers and kept
+# two long-lived values in an 8 B local frame; under an explicit 128 it takes 80-96, frame-free
+# (offline compile matrix). 128 registers x 256 threads still lets two programs share an SM.
+BINS_MAXNREG = 128
+
 MAX_CHUNKS = 32  # bounds what every program reads of its row's partials (C_PAD values a pass)
 PROGRAMS_PER_SM = 4
 
@@ -470,6 +478,12 @@ class SplitLaunch:
     bins_block: int  # tile of the level-bin passes ((rows, tile, 16) one-hot sums)
     kept_block: int  # tile of the kept pass
     warps: int
+    bins_maxnreg: int = 0  # the level-bin passes' register cap (0: none)
+
+    @property
+    def bins_options(self) -> dict:
+        """Compile options of ``_level_bins_kernel``'s launches."""
+        return {"maxnreg": self.bins_maxnreg} if self.bins_maxnreg else {}
 
     @property
     def c_pad(self) -> int:
@@ -495,7 +509,10 @@ def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
     kept_block = max(block_v // 2, 128)
     wanted = min(MAX_CHUNKS, max(1, cdiv(PROGRAMS_PER_SM * target.multiprocessors, max(rows, 1))))
     chunk_len = cdiv(cdiv(vocab, wanted), block_v) * block_v
-    return SplitLaunch(1, cdiv(vocab, chunk_len), chunk_len, block_v, bins_block, kept_block, target.warps(256))
+    return SplitLaunch(1, cdiv(vocab, chunk_len), chunk_len, block_v, bins_block, kept_block, target.warps(256),
+                       BINS_MAXNREG if target.vendor == "nvidia" else 0)
+
+
 
 
 # ----------------------------------------------------------------------------------------------
@@ -583,7 +600,7 @@ def _process_slab(logits: torch.Tensor, probs: torch.Tensor, lse: torch.Tensor, 
         for digit in range(SEARCH_DIGITS):
             _level_bins_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, chunks,
                                      DIGIT=digit, BLOCK_R=config.rows, BLOCK_V=config.bins_block, C_PAD=config.c_pad,
-                                     num_warps=config.warps)
+                                     num_warps=config.warps, **config.bins_options)
     _kept_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, cuts, kept, chunks,
                        SEARCH=search, BLOCK_R=config.rows, BLOCK_V=config.kept_block, C_PAD=config.c_pad, num_warps=config.warps)
     _probs_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, chunk_sum, cuts, kept, probs, lse, chunks,
@@ -607,27 +624,27 @@ _PARTIALS = {"max_ptr": "*fp32", "arg_ptr": "*i32"}
 
 
 def _kernel_specs(config: SplitLaunch):
-    """(kernel, signature without logits_ptr, constexprs) of every launch of one config."""
+    """(kernel, signature without logits_ptr, constexprs, options) of every launch of one config."""
     row = dict(_ROW_SIGNATURE)
     params = dict(_PARAM_SIGNATURE)
     specs = []
     for want_lse in (False, True):
         specs.append((_chunk_max_kernel, {**row, **_PARTIALS, "sum_ptr": "*fp32", "chunks": "i32", "BLOCK_R": "constexpr",
                                           "BLOCK_V": "constexpr", "WANT_LSE": "constexpr"},
-                      {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "WANT_LSE": want_lse}))
+                      {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "WANT_LSE": want_lse}, {}))
         specs.append((_probs_kernel, {**row, **params, **_PARTIALS, "sum_ptr": "*fp32", "cuts_ptr": "*i64", "kept_ptr": "*i64",
                                       "probs_ptr": "*fp32", "lse_ptr": "*fp32", "chunks": "i32", "BLOCK_R": "constexpr",
                                       "BLOCK_V": "constexpr", "C_PAD": "constexpr", "WANT_LSE": "constexpr"},
-                      {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "C_PAD": config.c_pad, "WANT_LSE": want_lse}))
+                      {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "C_PAD": config.c_pad, "WANT_LSE": want_lse}, {}))
     for digit in range(SEARCH_DIGITS):
         specs.append((_level_bins_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "search_ptr": "*i64", "chunks": "i32",
                                            "DIGIT": "constexpr", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
-                      {"DIGIT": digit, "BLOCK_R": config.rows, "BLOCK_V": config.bins_block, "C_PAD": config.c_pad}))
+                      {"DIGIT": digit, "BLOCK_R": config.rows, "BLOCK_V": config.bins_block, "C_PAD": config.c_pad}, config.bins_options))
     for search in (False, True):
         specs.append((_kept_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "search_ptr": "*i64", "cuts_ptr": "*i64",
                                      "kept_ptr": "*i64", "chunks": "i32", "SEARCH": "constexpr", "BLOCK_R": "constexpr",
                                      "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
-                      {"SEARCH": search, "BLOCK_R": config.rows, "BLOCK_V": config.kept_block, "C_PAD": config.c_pad}))
+                      {"SEARCH": search, "BLOCK_R": config.rows, "BLOCK_V": config.kept_block, "C_PAD": config.c_pad}, {}))
     return specs
 
 
@@ -638,15 +655,15 @@ def compile_specs(target: KernelTarget):
     for rows, vocab in _SHAPES:
         config = split_launch(target, rows, vocab)
         logit_types = _LOGIT_TYPES if vocab >= 1024 else ("fp32",)
-        for kernel, signature, constexprs in _kernel_specs(config):
+        for kernel, signature, constexprs, options in _kernel_specs(config):
             for logit_type in logit_types:
                 full = {"logits_ptr": f"*{logit_type}", **signature}
-                specs.append((kernel, full, constexprs, config.warps))
+                specs.append((kernel, full, constexprs, config.warps, {}, options))
                 if logit_type == "bf16":
                     values = {"stride_row": vocab, "stride_col": 1, "rows": rows, "vocab": vocab, "chunk_len": config.chunk_len,
                               "rows_per_request": 8, "chunks": config.chunks, "top_k_value": 50, "tensor_params": 15}
                     specs.append(runtime_specialized(target, kernel, full, constexprs, config.warps,
-                                                     values={name: value for name, value in values.items() if name in full}))
+                                                     values={name: value for name, value in values.items() if name in full}) + (options,))
     return specs
 
 
