@@ -101,9 +101,15 @@ def _levels(x, row_max, scale):
 
 
 @triton.jit
-def _weights(level, table_ptr):
-    """2^39 * 2^(-level / 1024) from the exact table (int64; 0 from LEVEL_MAX on)."""
-    mantissa = tl.load(table_ptr + (level & LEVEL_MASK))
+def _weights(level, table_ptr, needed):
+    """2^39 * 2^(-level / 1024) from the exact table (int64; 0 from LEVEL_MAX on) where ``needed``,
+    0 elsewhere. The table load is a gather (its index is the level's low bits): masked off where
+    the weight is not used, it costs nothing there (about a quarter of the kept and probability
+    passes' time when every id gathered, H100)."""
+    if needed is None:  # every id: the fused walk's register budget was measured with this load
+        mantissa = tl.load(table_ptr + (level & LEVEL_MASK))
+    else:
+        mantissa = tl.load(table_ptr + (level & LEVEL_MASK), mask=needed, other=0)
     return mantissa >> (level >> LEVEL_BITS)
 
 
@@ -112,10 +118,10 @@ def _kept_weights(x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_cut
     """Steps 2-4: the kept weights (int64, 0 outside ``ok``) of logits ``x`` (R, L) at token
     ``ids`` (R, L) or (1, L) of their rows."""
     level = _levels(x, row_max, scale)
-    weight = _weights(level, table_ptr)
     rank_key = level * ID_SCALE + ids.to(tl.int64)
-    keep = ok & (rank_key <= key_cut[:, None]) & (level <= level_cut[:, None]) & (weight >= min_weight[:, None])
-    kept = tl.where(keep, weight, 0)
+    within_cuts = ok & (rank_key <= key_cut[:, None]) & (level <= level_cut[:, None]) & (greedy[:, None] == 0)
+    weight = _weights(level, table_ptr, within_cuts)
+    kept = tl.where(within_cuts & (weight >= min_weight[:, None]), weight, 0)
     return tl.where(ok, tl.where(greedy[:, None], tl.where(ids == argmax[:, None], TOP_WEIGHT, 0), kept), 0)
 
 
@@ -339,7 +345,7 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
             if any_top_p:
                 above = level - prefix_p[:, None]
                 in_window = ok & use_top_p[:, None] & (above >= 0) & (above < (16 << shift))
-                weight = tl.where(in_window, _weights(level, table_ptr), 0)
+                weight = _weights(level, table_ptr, in_window)
                 mass += tl.where((above >> shift).to(tl.int32)[:, None, :] == bins, weight[:, None, :], 0)
             if any_top_k:
                 above = level - prefix_k[:, None]
@@ -414,14 +420,15 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
                 seen += tl.sum(at_cut.to(tl.int64), axis=1)
             key_cut = tl.where(crossing, cut_k * ID_SCALE + id_cut, key_cut)
             chunk_key_cut = tl.where(crossing, key_cut, chunk_key_cut)
-    kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
+    # Per-lane sums, reduced once after the chunk: a (rows, tile) sum per tile synchronised the
+    # program's warps at every tile.
+    kept_sums = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
     for tile in range(chunk_len // BLOCK_V):
         cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
         ok = row_ok[:, None] & (cols[None, :] < vocab)
         x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-        kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, chunk_key_cut, level_cut, min_weight, table_ptr)
-        kept_total += tl.sum(kept, axis=1)
-    tl.store(kept_ptr + row.to(tl.int64) * chunks + chunk, kept_total, mask=row_ok)
+        kept_sums += _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, chunk_key_cut, level_cut, min_weight, table_ptr)
+    tl.store(kept_ptr + row.to(tl.int64) * chunks + chunk, tl.sum(kept_sums, axis=1), mask=row_ok)
     # One writer per row: the chunk that found the tie's id, else chunk 0 (which writes the level cut).
     tl.store(cuts_ptr + row.to(tl.int64) * 2, key_cut, mask=crossing | (row_ok & (row * 0 + chunk == 0) & (split == 0)))
     tl.store(cuts_ptr + row.to(tl.int64) * 2 + 1, level_cut, mask=row_ok & (row * 0 + chunk == 0))
@@ -460,10 +467,11 @@ def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, ro
 # ----------------------------------------------------------------------------------------------
 # launch config
 
-# Left to itself, ptxas (Triton 3.9, sm_90) compiled the level-bin pass at 80 registers and kept
-# two long-lived values in an 8 B local frame; under an explicit 128 it takes 80-96, frame-free
-# (offline compile matrix). 128 registers x 256 threads still lets two programs share an SM.
-BINS_MAXNREG = 128
+# Left to itself, ptxas compiled the level-bin pass (Triton 3.9, sm_90) and the kept pass with
+# its per-lane sums (Triton 3.6, sm_90) at 64-80 registers and kept long-lived values in an 8 B
+# local frame; under an explicit 128 both compile frame-free (offline compile matrix). 128
+# registers x 256 threads still lets two programs share an SM.
+SEARCH_MAXNREG = 128
 
 MAX_CHUNKS = 32  # bounds what every program reads of its row's partials (C_PAD values a pass)
 PROGRAMS_PER_SM = 4
@@ -478,12 +486,12 @@ class SplitLaunch:
     bins_block: int  # tile of the level-bin passes ((rows, tile, 16) one-hot sums)
     kept_block: int  # tile of the kept pass
     warps: int
-    bins_maxnreg: int = 0  # the level-bin passes' register cap (0: none)
+    search_maxnreg: int = 0  # the level-bin and kept passes' register cap (0: none)
 
     @property
-    def bins_options(self) -> dict:
-        """Compile options of ``_level_bins_kernel``'s launches."""
-        return {"maxnreg": self.bins_maxnreg} if self.bins_maxnreg else {}
+    def search_options(self) -> dict:
+        """Compile options of ``_level_bins_kernel``'s and ``_kept_kernel``'s launches."""
+        return {"maxnreg": self.search_maxnreg} if self.search_maxnreg else {}
 
     @property
     def c_pad(self) -> int:
@@ -510,7 +518,7 @@ def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
     wanted = min(MAX_CHUNKS, max(1, cdiv(PROGRAMS_PER_SM * target.multiprocessors, max(rows, 1))))
     chunk_len = cdiv(cdiv(vocab, wanted), block_v) * block_v
     return SplitLaunch(1, cdiv(vocab, chunk_len), chunk_len, block_v, bins_block, kept_block, target.warps(256),
-                       BINS_MAXNREG if target.vendor == "nvidia" else 0)
+                       SEARCH_MAXNREG if target.vendor == "nvidia" else 0)
 
 
 
@@ -600,9 +608,10 @@ def _process_slab(logits: torch.Tensor, probs: torch.Tensor, lse: torch.Tensor, 
         for digit in range(SEARCH_DIGITS):
             _level_bins_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, chunks,
                                      DIGIT=digit, BLOCK_R=config.rows, BLOCK_V=config.bins_block, C_PAD=config.c_pad,
-                                     num_warps=config.warps, **config.bins_options)
+                                     num_warps=config.warps, **config.search_options)
     _kept_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, cuts, kept, chunks,
-                       SEARCH=search, BLOCK_R=config.rows, BLOCK_V=config.kept_block, C_PAD=config.c_pad, num_warps=config.warps)
+                       SEARCH=search, BLOCK_R=config.rows, BLOCK_V=config.kept_block, C_PAD=config.c_pad, num_warps=config.warps,
+                       **config.search_options)
     _probs_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, chunk_sum, cuts, kept, probs, lse, chunks,
                         BLOCK_R=config.rows, BLOCK_V=config.block_v, C_PAD=config.c_pad, WANT_LSE=want_lse, num_warps=config.warps)
 
@@ -639,12 +648,12 @@ def _kernel_specs(config: SplitLaunch):
     for digit in range(SEARCH_DIGITS):
         specs.append((_level_bins_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "search_ptr": "*i64", "chunks": "i32",
                                            "DIGIT": "constexpr", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
-                      {"DIGIT": digit, "BLOCK_R": config.rows, "BLOCK_V": config.bins_block, "C_PAD": config.c_pad}, config.bins_options))
+                      {"DIGIT": digit, "BLOCK_R": config.rows, "BLOCK_V": config.bins_block, "C_PAD": config.c_pad}, config.search_options))
     for search in (False, True):
         specs.append((_kept_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "search_ptr": "*i64", "cuts_ptr": "*i64",
                                      "kept_ptr": "*i64", "chunks": "i32", "SEARCH": "constexpr", "BLOCK_R": "constexpr",
                                      "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
-                      {"SEARCH": search, "BLOCK_R": config.rows, "BLOCK_V": config.kept_block, "C_PAD": config.c_pad}, {}))
+                      {"SEARCH": search, "BLOCK_R": config.rows, "BLOCK_V": config.kept_block, "C_PAD": config.c_pad}, config.search_options))
     return specs
 
 
