@@ -479,12 +479,14 @@ def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, targe
 
 
 # Up to this many rows per SM/CU, processing every row split along the vocabulary and then
-# walking beats the fused walk (H100, bf16, top-k 50 + top-p 0.95, same run, 2026-11-26): at
-# bs 64 N 4 (256 rows) 782 vs 1272 us (V 32000) and 3802 vs 7907 us (V 151936); at 512 rows the
-# fused walk wins at V 32000 (1490 vs 1273 us) and nearly ties at V 151936 (7435 vs 7892 us);
-# beyond, it wins by far (bs 256 N 16, V 32000: 11948 vs 1729 us), as it processes only the rows
-# on each request's path.
-EVERY_ROW_ROWS_PER_SM = 2
+# walking beats the fused walk (H100, bf16, top-k 50 + top-p 0.95). On 2026-11-26 the threshold
+# was 2: at 512 rows the fused walk won at V 32000 (1490 vs 1273 us). Since the level-bin and
+# kept passes lost their per-tile synchronisations (2026-11-27, same lease, identical verdicts),
+# every row wins at 512 rows: bs 64 N 8 981.8 vs 1270.8 us (V 32000) and 4836.7 vs 7834.1 us
+# (V 151936); bs 128 N 4 and bs 32 N 16 at V 151936 4852.1 vs 9435.0 and 4826.2 vs 7810.0 us.
+# Beyond, the fused walk still wins by far (bs 256 N 16, V 32000: 11948 vs 1729 us on
+# 2026-11-26), as it processes only the rows on each request's path.
+EVERY_ROW_ROWS_PER_SM = 4
 
 
 def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
@@ -614,7 +616,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
 PROVIDERS = {
     "process_logits": (process_logits, "kernels/sampling_rows.py: rows split along the vocabulary, 4-bit level-bin cut searches"),
     "verify_sampling_from_logits": (verify_sampling_from_logits,
-                                    "kernels/sampling.py: every row split + walk up to 2 rows per SM, else the fused walk over path rows"),
+                                    "kernels/sampling.py: every row split + walk up to 4 rows per SM, else the fused walk over path rows"),
     "verify_chain_sampling_from_logits": (verify_chain_sampling_from_logits,
                                           "kernels/sampling.py: fused walk (greedy drafter) or every row + kernels/verify.py chain walk"),
 }
