@@ -102,10 +102,10 @@ def _levels(x, row_max, scale):
 
 @triton.jit
 def _weights(level, table_ptr, needed):
-    """2^39 * 2^(-level / 1024) from the exact table (int64; 0 from LEVEL_MAX on) where ``needed``,
-    0 elsewhere. The table load is a gather (its index is the level's low bits): masked off where
-    the weight is not used, it costs nothing there (about a quarter of the kept and probability
-    passes' time when every id gathered, H100)."""
+    """2^39 * 2^(-level / 1024) from the exact table (int64; 0 from LEVEL_MAX on) where ``needed``
+    (None: every id), 0 elsewhere. The table load is a gather (its index is the level's low bits),
+    so it is masked off where the weight is not used: the kept and probability passes took
+    0.69-0.77x of their time with no gather at all (H100; BENCHMARKS.md, eighteenth session)."""
     if needed is None:  # every id: the fused walk's register budget was measured with this load
         mantissa = tl.load(table_ptr + (level & LEVEL_MASK))
     else:
@@ -327,11 +327,11 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
     row_offsets = row.to(tl.int64) * stride_row
     shift = 12 - 4 * DIGIT
     bins = tl.arange(0, DIGIT_BINS)[None, :, None]
-    # Per-lane sums, reduced once after the chunk: a reduction per tile (two (tile, 16) sums
-    # through shared memory) made this pass 4x slower than the others on the H100. The bins are
-    # the middle axis so that a thread holds all 16 of its ids' bins: with the bins last, the
-    # default layout spread them over 16 lanes, and every tile's digits and weights went through
-    # shared memory to reach them (3 layout conversions a tile; the pass took 4x the others).
+    # Per-lane sums, reduced once after the chunk (a reduction per tile, two (tile, 16) sums
+    # through shared memory, made this pass 4x slower on the H100). The bins are the middle axis
+    # so that a thread holds all 16 bins of its ids: with them last, the default layout spread
+    # them over 16 lanes, and every tile's digits and weights went through shared memory to reach
+    # them (3 layout conversions a tile: 1.6-1.75x this pass's time now, H100).
     mass = tl.zeros([BLOCK_R, DIGIT_BINS, BLOCK_V], dtype=tl.int64)
     count = tl.zeros([BLOCK_R, DIGIT_BINS, BLOCK_V], dtype=tl.int32)
     any_top_p = tl.max(use_top_p.to(tl.int32), axis=0) > 0
@@ -468,9 +468,9 @@ def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, ro
 # launch config
 
 # Left to itself, ptxas compiled the level-bin pass (Triton 3.9, sm_90) and the kept pass with
-# its per-lane sums (Triton 3.6, sm_90) at 64-80 registers and kept long-lived values in an 8 B
-# local frame; under an explicit 128 both compile frame-free (offline compile matrix). 128
-# registers x 256 threads still lets two programs share an SM.
+# its per-lane sums (Triton 3.9 on sm_90 and sm_100, 3.6 on sm_90) at 64-80 registers and kept
+# long-lived values in an 8 B local frame; under an explicit 128 both compile frame-free (offline
+# compile matrix). 128 registers x 256 threads still lets two programs share an SM.
 SEARCH_MAXNREG = 128
 
 MAX_CHUNKS = 32  # bounds what every program reads of its row's partials (C_PAD values a pass)
@@ -483,7 +483,7 @@ class SplitLaunch:
     chunks: int  # per row
     chunk_len: int  # ids a chunk, a multiple of both tiles
     block_v: int  # tile of the max, kept and probability passes
-    bins_block: int  # tile of the level-bin passes ((rows, tile, 16) one-hot sums)
+    bins_block: int  # tile of the level-bin passes ((rows, 16, tile) one-hot sums)
     kept_block: int  # tile of the kept pass
     warps: int
     search_maxnreg: int = 0  # the level-bin and kept passes' register cap (0: none)
@@ -519,8 +519,6 @@ def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
     chunk_len = cdiv(cdiv(vocab, wanted), block_v) * block_v
     return SplitLaunch(1, cdiv(vocab, chunk_len), chunk_len, block_v, bins_block, kept_block, target.warps(256),
                        SEARCH_MAXNREG if target.vendor == "nvidia" else 0)
-
-
 
 
 # ----------------------------------------------------------------------------------------------
