@@ -123,13 +123,16 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
     level_cut = tl.full([BLOCK_R], LEVEL_MAX, dtype=tl.int64)
     key_cut = tl.full([BLOCK_R], KEEP_ALL_KEY, dtype=tl.int64)
     if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
-        total = tl.zeros([BLOCK_R], dtype=tl.int64)
+        # Every pass sums per lane and reduces once after the row: a sum per tile synchronised
+        # the program's warps at every tile (the split kernels measured 1.6-1.75x without it).
+        lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
         if tl.max(use_top_p.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
                 ok = use_top_p[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-                total += tl.sum(tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr, None), 0), axis=1)
+                lanes += tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr, None), 0)
+        total = tl.sum(lanes, axis=1)
         bound = top_p * total.to(tl.float64)
         cut_p = tl.zeros([BLOCK_R], dtype=tl.int64)
         cut_k = tl.zeros([BLOCK_R], dtype=tl.int64)
@@ -139,15 +142,17 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
             bit = tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - step)
             candidate_p = cut_p | bit
             candidate_k = cut_k | bit
-            mass = tl.zeros([BLOCK_R], dtype=tl.int64)
-            count = tl.zeros([BLOCK_R], dtype=tl.int64)
+            mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+            count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
                 ok = searching[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                 level = _levels(x, row_max, scale)
-                mass += tl.sum(tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr, None), 0), axis=1)
-                count += tl.sum(tl.where(ok & (level < candidate_k[:, None]), 1, 0), axis=1).to(tl.int64)
+                mass_lanes += tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr, None), 0)
+                count_lanes += tl.where(ok & (level < candidate_k[:, None]), 1, 0)
+            mass = tl.sum(mass_lanes, axis=1)
+            count = tl.sum(count_lanes, axis=1).to(tl.int64)
             cut_p = tl.where((candidate_p <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate_p, cut_p)
             move_k = (candidate_k <= LEVEL_MAX) & (count < top_k)
             below_k = tl.where(move_k, count, below_k)
@@ -155,13 +160,14 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
         level_cut = tl.where(use_top_p, cut_p, level_cut)
         # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k.
         need = top_k - below_k
-        tied = tl.zeros([BLOCK_R], dtype=tl.int64)
+        tied_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
         if tl.max(use_top_k.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
                 ok = use_top_k[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-                tied += tl.sum(tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0), axis=1).to(tl.int64)
+                tied_lanes += tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0)
+        tied = tl.sum(tied_lanes, axis=1).to(tl.int64)
         id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
         split_tie = use_top_k & (tied > need)
         if tl.max(split_tie.to(tl.int32), axis=0) > 0:
@@ -169,26 +175,26 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
             found = tl.zeros([BLOCK_R], dtype=tl.int64)
             for step in range(id_bits):
                 candidate = found | (tl.full([BLOCK_R], 1, dtype=tl.int64) << (id_bits - 1 - step))
-                count = tl.zeros([BLOCK_R], dtype=tl.int64)
+                count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
                 for k in range(num_blocks):
                     cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
                     ok = split_tie[:, None] & (cols[None, :] < vocab)
                     x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                     hit = ok & (_levels(x, row_max, scale) == cut_k[:, None]) & (cols[None, :].to(tl.int64) < candidate[:, None])
-                    count += tl.sum(tl.where(hit, 1, 0), axis=1).to(tl.int64)
+                    count_lanes += tl.where(hit, 1, 0)
+                count = tl.sum(count_lanes, axis=1).to(tl.int64)
                 found = tl.where(count < need, candidate, found)
             id_cut = tl.where(split_tie, found, id_cut)
         key_cut = tl.where(use_top_k, cut_k * ID_SCALE + id_cut, key_cut)
 
     # The kept total W'.
-    kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
+    kept_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
     for k in range(num_blocks):
         cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
         ok = row_ok[:, None] & (cols[None, :] < vocab)
         x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-        kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-        kept_total += tl.sum(kept, axis=1)
-    return row_max, argmax, lse, key_cut, level_cut, kept_total
+        kept_lanes += _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+    return row_max, argmax, lse, key_cut, level_cut, tl.sum(kept_lanes, axis=1)
 
 
 @triton.jit
