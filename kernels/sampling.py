@@ -44,6 +44,7 @@ from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX,
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
+REGISTER_FILE = 65536  # 32-bit registers an SM (sm_80 to sm_100)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -398,19 +399,21 @@ class FusedLaunch:
 
 
 def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> FusedLaunch:
-    """One request per program and 256 threads over a 1024-wide block on a GPU (the row passes
-    dominate; the walk between them is short); the interpreter vectorises many requests (tensors
-    capped at 2^16 elements per row block)."""
+    """One request per program on a GPU, 4 logits a thread (8 left an 88-byte local frame on sm_90
+    with unit stride: vectorised loads beside the int64 levels, weights and keys). A request's row
+    passes run on one SM, so while the batch leaves SMs to spare (bs <= SMs) a program takes 1024
+    threads (the SM's whole register file at 64 a thread); beyond, 256 threads, so that several
+    requests share an SM. The interpreter vectorises many requests (tensors capped at 2^16
+    elements per row block)."""
     n_pad = _pow2(nodes)
     if target.vendor == "interpreter":
         block_v = min(max(next_power_of_2(max(vocab, 1)), 16), 4096)
         piece = max(16, min(block_v, 2048 // n_pad))
         requests = max(1, min(_pow2(bs), 2**16 // block_v, 2**18 // (piece * n_pad), 32768 // n_pad))
         return FusedLaunch(requests, block_v, piece, 1)
-    # 4 logits a thread: 8 (2048 wide) leave an 88-byte local frame on sm_90 with unit stride
-    # (vectorised loads beside the int64 levels, weights and keys).
-    block_v = min(1024, max(next_power_of_2(max(vocab, 1)), 128))
-    return FusedLaunch(1, block_v, max(16, min(block_v, 1024 // n_pad)), target.warps(256))
+    threads = FUSED_WIDE_THREADS if bs <= target.multiprocessors else FUSED_THREADS
+    block_v = min(4 * threads, max(next_power_of_2(max(vocab, 1)), 128))
+    return FusedLaunch(1, block_v, max(16, min(block_v, 1024 // n_pad)), target.warps(threads))
 
 
 # ptxas under Triton 3.9 compiles the 256-thread walk at 80 registers and spills long-lived values
@@ -422,15 +425,22 @@ FUSED_MAXNREG = 128
 # (Triton 3.9); 144 compiles them frame-free on sm_80, sm_90 and sm_100 (135-140 registers).
 # Only those launches take it: above 128 registers a 256-thread program has an SM to itself.
 FUSED_PROCESSED_LOGPROBS_MAXNREG = 144
+FUSED_THREADS = 256
+# H100, the fused walk forced, same lease, identical verdicts and logprobs: 1024 threads (4096
+# ids a pass) took 0.52-0.59x the 256-thread time at bs 64 and 128 (bs 64 N 16 V 151936: 3253 vs
+# 5518 us), 512 threads 0.66-0.68x; at bs 256 and 512 (several programs an SM) 1.09-1.11x.
+FUSED_WIDE_THREADS = 512
 
 
-def fused_options(target: KernelTarget, logprobs_mode: int, n_pad: int) -> dict:
-    """Compile options of the fused walk's launches on ``target`` (``logprobs_mode``: the kernel's
-    LOGPROBS; ``n_pad``: its N_PAD): a register cap on NVIDIA."""
+def fused_options(target: KernelTarget, config: FusedLaunch, logprobs_mode: int, n_pad: int) -> dict:
+    """Compile options of the fused walk's launches on ``target`` (``config``: the launch;
+    ``logprobs_mode``: the kernel's LOGPROBS; ``n_pad``: its N_PAD): a register cap on NVIDIA, at
+    most the register file's share of a thread (64 at 1024 threads)."""
     if target.vendor != "nvidia":
         return {}
     processed_wide = logprobs_mode == 2 and n_pad >= 16
-    return {"maxnreg": FUSED_PROCESSED_LOGPROBS_MAXNREG if processed_wide else FUSED_MAXNREG}
+    cap = FUSED_PROCESSED_LOGPROBS_MAXNREG if processed_wide else FUSED_MAXNREG
+    return {"maxnreg": min(cap, REGISTER_FILE // (config.warps * 32))}
 
 
 def _pow2(count: int) -> int:
@@ -485,14 +495,14 @@ def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, targe
 
 
 # Up to this many rows per SM/CU, processing every row split along the vocabulary and then
-# walking beats the fused walk (H100, bf16, top-k 50 + top-p 0.95). On 2026-11-26 the threshold
-# was 2: at 512 rows the fused walk won at V 32000 (1490 vs 1273 us). Since the level-bin and
-# kept passes lost their per-tile synchronisations (2026-11-27, same lease, identical verdicts),
-# every row wins at 512 rows: bs 64 N 8 981.8 vs 1270.8 us (V 32000) and 4836.7 vs 7834.1 us
-# (V 151936); bs 128 N 4 and bs 32 N 16 at V 151936 4852.1 vs 9435.0 and 4826.2 vs 7810.0 us.
-# Beyond, the fused walk still wins by far (bs 256 N 16, V 32000: 11948 vs 1729 us on
-# 2026-11-26), as it processes only the rows on each request's path.
-EVERY_ROW_ROWS_PER_SM = 4
+# walking beats the fused walk (H100, bf16, top-k 50 + top-p 0.95). The fused walk's time hardly
+# depends on the batch while its programs fit on the SMs (one request a program), the every-row
+# path's grows with the rows. Since the walk's row passes sum per lane and take 512 threads while
+# bs <= SMs (2026-11-27, nineteenth session, same lease, identical verdicts): at 512 rows the fused
+# walk wins (every-row / fused: bs 64 N 8 1.30x and 1.55x at V 151936 and 32000, bs 32 N 16 1.29x
+# and 1.46x, bs 128 N 4 1.02x and 1.57x), at 256 rows every row does (0.66-0.84x). The crossings,
+# about 3700 / 9.4 = 394 rows at V 151936 and 630 / 1.9 = 330 at V 32000, put it at 3 rows per SM.
+EVERY_ROW_ROWS_PER_SM = 3
 
 
 def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
@@ -549,7 +559,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain),
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
         PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode, num_warps=config.warps,
-        **fused_options(target, logprobs_mode, _pow2(nodes)),
+        **fused_options(target, config, logprobs_mode, _pow2(nodes)),
     )
     return out, values
 
@@ -622,7 +632,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
 PROVIDERS = {
     "process_logits": (process_logits, "kernels/sampling_rows.py: rows split along the vocabulary, 4-bit level-bin cut searches"),
     "verify_sampling_from_logits": (verify_sampling_from_logits,
-                                    "kernels/sampling.py: every row split + walk up to 4 rows per SM, else the fused walk over path rows"),
+                                    "kernels/sampling.py: every row split + walk up to 3 rows per SM, else the fused walk over path rows"),
     "verify_chain_sampling_from_logits": (verify_chain_sampling_from_logits,
                                           "kernels/sampling.py: fused walk (greedy drafter) or every row + kernels/verify.py chain walk"),
 }
@@ -632,8 +642,9 @@ PROVIDERS = {
 # offline compilation and launch descriptions
 
 _LOGIT_TYPES = ("fp32", "bf16", "fp16")
-# (bs, N, V, S) of the fused walk: production shapes and an odd tiny one.
-_FUSED_SHAPES = ((1, 4, 32000, 3), (64, 16, 151936, 5), (3, 6, 10, 5))
+# (bs, N, V, S) of the fused walk: production shapes (bs 1024: more requests than SMs, the narrow
+# programs) and an odd tiny one.
+_FUSED_SHAPES = ((1, 4, 32000, 3), (64, 16, 151936, 5), (1024, 8, 151936, 4), (3, 6, 10, 5))
 
 
 def compile_specs(target: KernelTarget):
@@ -659,7 +670,7 @@ def compile_specs(target: KernelTarget):
         for logit_type, hashed, logprobs in variants:
             signature = {"logits_ptr": f"*{logit_type}", **fused_signature}
             constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs}
-            options = fused_options(target, logprobs, _pow2(nodes))
+            options = fused_options(target, config, logprobs, _pow2(nodes))
             specs.append((_fused_walk_kernel, signature, constexprs, config.warps, {}, options))
             specs.append(runtime_specialized(target, _fused_walk_kernel, signature, constexprs, config.warps,
                                              values={"stride_row": vocab, "stride_col": 1, "vocab": vocab,
