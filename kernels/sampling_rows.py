@@ -225,13 +225,28 @@ def _summed_bins(bins_ptr, digit, row, row_ok, rows, chunks):
 def _next_digit(prefix, below, before, holds, use, shift):
     """One search's next digit at ``shift``: the largest bin j whose candidate prefix | (j << shift)
     is <= LEVEL_MAX and ``holds`` (R, 16) (the search's predicate on the bins' ``before`` sums);
-    (new prefix, new sum below it), 0 for rows that do not ``use`` the search."""
+    (new prefix, new sum below it), unchanged for rows that do not ``use`` the search (0 for rows
+    that never search, the stopped prefix for ``_binding``'s stopped ones)."""
     bins = tl.arange(0, DIGIT_BINS)[None, :]
     candidate = prefix[:, None] + (bins.to(tl.int64) << shift)
     digit = tl.max(tl.where((candidate <= LEVEL_MAX) & holds, bins, 0), axis=1)
-    below = tl.where(use, below + tl.sum(tl.where(bins == digit[:, None], before, 0), axis=1), 0)
-    prefix = tl.where(use, prefix + (digit.to(tl.int64) << shift), 0)
+    below = tl.where(use, below + tl.sum(tl.where(bins == digit[:, None], before, 0), axis=1), below)
+    prefix = tl.where(use, prefix + (digit.to(tl.int64) << shift), prefix)
     return prefix, below
+
+
+@triton.jit
+def _binding(prefix_p, prefix_k, use_top_p, use_top_k, DECIDED_BITS: tl.constexpr):
+    """(top-p, top-k) searches still to run once their top DECIDED_BITS bits are decided: each
+    cut lies in [prefix, prefix + 2^(16 - DECIDED_BITS) - 1], so when the whole range of one lies
+    above the other's, it keeps every token the other keeps (top-p: level <= cut_p; top-k: keys
+    up to level cut_k) and changes nothing: that search stops, its prefix (still above the
+    other's cut) standing in for its cut. Only rows with both masks stop one (the top-p mass bins,
+    an int64 one-hot, are most of a bin pass's work)."""
+    span = (tl.full([], 1, tl.int64) << (16 - DECIDED_BITS)) - 1  # a tensor: the interpreter has no int << constexpr
+    p_above = use_top_k & (prefix_p > prefix_k + span)  # cut_p > cut_k: top-p keeps every top-k token
+    k_above = use_top_p & (prefix_k > prefix_p + span)  # cut_k > cut_p: top-k keeps every top-p token
+    return use_top_p & (p_above == 0), use_top_k & (k_above == 0)
 
 
 @triton.jit
@@ -242,7 +257,8 @@ def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, us
     Digit d of both searches is decided from pass d's bins, as the bitwise search of the one-pass
     kernel decides its bits: the largest candidate prefix | (j << shift) that is <= LEVEL_MAX and
     keeps the predicate true (top-p: float64(mass below) < top_p * float64(total); top-k: count
-    below < k). Both predicates are monotone in the candidate, so this is the same largest level."""
+    below < k). Both predicates are monotone in the candidate, so this is the same largest level.
+    A search that ``_binding`` stops keeps the prefix it had: a bound that changes no kept token."""
     zero = tl.zeros_like(row).to(tl.int64)
     prefix_p, below_p, prefix_k, below_k, total = zero, zero, zero, zero, zero
     if DECIDED > 0:
@@ -257,6 +273,7 @@ def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, us
         if DECIDED == 1:
             total = tl.sum(mass, axis=1)  # the first window holds every level
         shift = 12 - 4 * (DECIDED - 1)
+        use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k, 4 * (DECIDED - 1))
         mass_before = tl.cumsum(mass, axis=1) - mass
         holds_p = (below_p[:, None] + mass_before).to(tl.float64) < (top_p * total.to(tl.float64))[:, None]
         prefix_p, below_p = _next_digit(prefix_p, below_p, mass_before, holds_p, use_top_p, shift)
@@ -323,6 +340,7 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
                                                                 top_p, top_k, DIGIT)
     if DIGIT > 0:
         _store_search_state(search_ptr, row, row_ok & (row * 0 + chunk == 0), prefix_p, below_p, prefix_k, below_k, total, DIGIT)
+    use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k, 4 * DIGIT)
     row_max, _ = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)
     row_offsets = row.to(tl.int64) * stride_row
     shift = 12 - 4 * DIGIT
