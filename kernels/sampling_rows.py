@@ -236,16 +236,16 @@ def _next_digit(prefix, below, before, holds, use, shift):
 
 
 @triton.jit
-def _binding(prefix_p, prefix_k, use_top_p, use_top_k, DECIDED_BITS: tl.constexpr):
-    """(top-p, top-k) searches still to run once their top DECIDED_BITS bits are decided: each
-    cut lies in [prefix, prefix + 2^(16 - DECIDED_BITS) - 1], so when the whole range of one lies
-    above the other's, it keeps every token the other keeps (top-p: level <= cut_p; top-k: keys
-    up to level cut_k) and changes nothing: that search stops, its prefix (still above the
-    other's cut) standing in for its cut. Only rows with both masks stop one (the top-p mass bins,
-    an int64 one-hot, are most of a bin pass's work)."""
-    span = (tl.full([], 1, tl.int64) << (16 - DECIDED_BITS)) - 1  # a tensor: the interpreter has no int << constexpr
-    p_above = use_top_k & (prefix_p > prefix_k + span)  # cut_p > cut_k: top-p keeps every top-k token
-    k_above = use_top_p & (prefix_k > prefix_p + span)  # cut_k > cut_p: top-k keeps every top-p token
+def _binding(prefix_p, prefix_k, use_top_p, use_top_k):
+    """(top-p, top-k) searches still to run, given the prefixes of their cuts decided so far:
+    after d digits each cut lies in [prefix, prefix + 2^(16 - 4d) - 1] and both prefixes are
+    multiples of 2^(16 - 4d), so prefix_p > prefix_k puts the whole range of cut_p above cut_k's.
+    Then top-p (level <= cut_p) keeps every token top-k keeps and changes nothing: its search
+    stops, its prefix (still above cut_k) standing in for cut_p; the same for top-k (keys up to
+    level cut_k) when prefix_k > prefix_p. Only rows with both masks stop one (the top-p mass
+    bins, an int64 one-hot, are about a quarter of a bin pass)."""
+    p_above = use_top_k & (prefix_p > prefix_k)
+    k_above = use_top_p & (prefix_k > prefix_p)
     return use_top_p & (p_above == 0), use_top_k & (k_above == 0)
 
 
@@ -273,7 +273,7 @@ def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, us
         if DECIDED == 1:
             total = tl.sum(mass, axis=1)  # the first window holds every level
         shift = 12 - 4 * (DECIDED - 1)
-        use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k, 4 * (DECIDED - 1))
+        use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k)
         mass_before = tl.cumsum(mass, axis=1) - mass
         holds_p = (below_p[:, None] + mass_before).to(tl.float64) < (top_p * total.to(tl.float64))[:, None]
         prefix_p, below_p = _next_digit(prefix_p, below_p, mass_before, holds_p, use_top_p, shift)
@@ -340,7 +340,7 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
                                                                 top_p, top_k, DIGIT)
     if DIGIT > 0:
         _store_search_state(search_ptr, row, row_ok & (row * 0 + chunk == 0), prefix_p, below_p, prefix_k, below_k, total, DIGIT)
-    use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k, 4 * DIGIT)
+    use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k)
     row_max, _ = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)
     row_offsets = row.to(tl.int64) * stride_row
     shift = 12 - 4 * DIGIT
