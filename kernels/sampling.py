@@ -125,7 +125,7 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
     key_cut = tl.full([BLOCK_R], KEEP_ALL_KEY, dtype=tl.int64)
     if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
         # Every pass sums per lane and reduces once after the row: a sum per tile synchronised
-        # the program's warps at every tile (the split kernels measured 1.6-1.75x without it).
+        # the program's warps at every tile (H100: the walk took 0.70-0.74x its time without it).
         lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
         if tl.max(use_top_p.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
@@ -401,9 +401,9 @@ class FusedLaunch:
 def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> FusedLaunch:
     """One request per program on a GPU, 4 logits a thread (8 left an 88-byte local frame on sm_90
     with unit stride: vectorised loads beside the int64 levels, weights and keys). A request's row
-    passes run on one SM, so while the batch leaves SMs to spare (bs <= SMs) a program takes 1024
-    threads (the SM's whole register file at 64 a thread); beyond, 256 threads, so that several
-    requests share an SM. The interpreter vectorises many requests (tensors capped at 2^16
+    passes run on one SM, so while the batch leaves SMs to spare (bs <= SMs) a program takes 512
+    threads (at the 128-register cap, the SM's whole register file); beyond, 256 threads, so that
+    several requests share an SM. The interpreter vectorises many requests (tensors capped at 2^16
     elements per row block)."""
     n_pad = _pow2(nodes)
     if target.vendor == "interpreter":
@@ -426,16 +426,19 @@ FUSED_MAXNREG = 128
 # Only those launches take it: above 128 registers a 256-thread program has an SM to itself.
 FUSED_PROCESSED_LOGPROBS_MAXNREG = 144
 FUSED_THREADS = 256
-# H100, the fused walk forced, same lease, identical verdicts and logprobs: 1024 threads (4096
-# ids a pass) took 0.52-0.59x the 256-thread time at bs 64 and 128 (bs 64 N 16 V 151936: 3253 vs
-# 5518 us), 512 threads 0.66-0.68x; at bs 256 and 512 (several programs an SM) 1.09-1.11x.
+# H100, the fused walk forced, same lease, identical verdicts and logprobs: 512 threads (2048 ids
+# a pass) took 0.66-0.68x the 256-thread time at bs 64 and 128 (bs 64 N 16 V 151936: 3746 vs
+# 5518 us), but 1.06-1.08x at bs 256 and 512 (several programs an SM). 1024 threads measured
+# 0.52-0.59x, but at their 64-register share ptxas kept local frames of 48-216 B in 78 of the fused
+# specs on sm_80/sm_90/sm_100 (Triton 3.9, offline); 512 at 128 compile frame-free there and on
+# sm_90 with 3.6, processed logprobs at 16+ lanes included (their 144 cap becomes 128).
 FUSED_WIDE_THREADS = 512
 
 
 def fused_options(target: KernelTarget, config: FusedLaunch, logprobs_mode: int, n_pad: int) -> dict:
     """Compile options of the fused walk's launches on ``target`` (``config``: the launch;
     ``logprobs_mode``: the kernel's LOGPROBS; ``n_pad``: its N_PAD): a register cap on NVIDIA, at
-    most the register file's share of a thread (64 at 1024 threads)."""
+    most the register file's share of a thread (128 at 512 threads)."""
     if target.vendor != "nvidia":
         return {}
     processed_wide = logprobs_mode == 2 and n_pad >= 16
