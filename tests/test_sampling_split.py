@@ -6,7 +6,9 @@ interpreter with 16-id tiles and chunks of 1, 2, 3 and 10 tiles, on rows chosen 
 combination matter: heavy ties whose top-k cut falls in a middle chunk, logits about 5 levels apart (so that the
 top-p and top-k cuts depend on every 4-bit digit of the level search), every token tied, NaN and
 +inf, an all -inf row, the finite values only in the last chunk, a greedy row, per-request
-temperature/top-k/top-p/min-p tensors and each mask alone. It compares the probabilities bit for
+temperature/top-k/top-p/min-p tensors and each mask alone. Rows with both masks also check the
+searches that stop once one cut lies wholly above the other (``_binding``): either stop made too
+early changes the kept set and fails here (checked by mutation, 2026-11-27). It compares the probabilities bit for
 bit (and the raw log-sum-exp within 1e-5) with the cpu reference, and a tree verified from logits
 through the every-row path (the GPUs' path for small batches) verdict for verdict; and rows
 processed in slabs of whole requests (more row blocks than a CUDA grid axis takes). Runs in a fresh process:
