@@ -40,7 +40,7 @@ from . import verify as verify_kernels
 from . import sampling_rows
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, NO_ID, _kept_weights, _levels, _load_logits,
-                            _online_max, _probabilities, _request_params, _weights)
+                            _binding, _online_max, _probabilities, _request_params, _weights)
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
@@ -138,39 +138,52 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
         cut_p = tl.zeros([BLOCK_R], dtype=tl.int64)
         cut_k = tl.zeros([BLOCK_R], dtype=tl.int64)
         below_k = tl.zeros([BLOCK_R], dtype=tl.int64)  # count(levels < cut_k)
-        searching = use_top_p | use_top_k
+        # A search that _binding stops (the other cut lies wholly below its range) keeps its
+        # prefix; a pass without any top-p search left skips the weights (the table gather and
+        # the int64 sum).
+        active_p, active_k = use_top_p, use_top_k
         for step in range(LEVEL_SEARCH_BITS):
             bit = tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - step)
             candidate_p = cut_p | bit
             candidate_k = cut_k | bit
-            mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+            searching = active_p | active_k
             count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
-            for k in range(num_blocks):
-                cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                ok = searching[:, None] & (cols[None, :] < vocab)
-                x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-                level = _levels(x, row_max, scale)
-                mass_lanes += tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr, None), 0)
-                count_lanes += tl.where(ok & (level < candidate_k[:, None]), 1, 0)
+            mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+            if tl.max(active_p.to(tl.int32), axis=0) > 0:
+                for k in range(num_blocks):
+                    cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
+                    ok = searching[:, None] & (cols[None, :] < vocab)
+                    x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                    level = _levels(x, row_max, scale)
+                    mass_lanes += tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr, None), 0)
+                    count_lanes += tl.where(ok & (level < candidate_k[:, None]), 1, 0)
+            else:
+                for k in range(num_blocks):
+                    cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
+                    ok = searching[:, None] & (cols[None, :] < vocab)
+                    x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                    count_lanes += tl.where(ok & (_levels(x, row_max, scale) < candidate_k[:, None]), 1, 0)
             mass = tl.sum(mass_lanes, axis=1)
             count = tl.sum(count_lanes, axis=1).to(tl.int64)
-            cut_p = tl.where((candidate_p <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate_p, cut_p)
-            move_k = (candidate_k <= LEVEL_MAX) & (count < top_k)
+            cut_p = tl.where(active_p & (candidate_p <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate_p, cut_p)
+            move_k = active_k & (candidate_k <= LEVEL_MAX) & (count < top_k)
             below_k = tl.where(move_k, count, below_k)
             cut_k = tl.where(move_k, candidate_k, cut_k)
+            active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
         level_cut = tl.where(use_top_p, cut_p, level_cut)
-        # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k.
+        # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k; a stopped
+        # top-k search keeps every level up to its prefix (above cut_p: no tie to split).
         need = top_k - below_k
         tied_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
-        if tl.max(use_top_k.to(tl.int32), axis=0) > 0:
+        if tl.max(active_k.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
                 cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                ok = use_top_k[:, None] & (cols[None, :] < vocab)
+                ok = active_k[:, None] & (cols[None, :] < vocab)
                 x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
                 tied_lanes += tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0)
         tied = tl.sum(tied_lanes, axis=1).to(tl.int64)
         id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
-        split_tie = use_top_k & (tied > need)
+        split_tie = active_k & (tied > need)
         if tl.max(split_tie.to(tl.int32), axis=0) > 0:
             # The largest id I with count(level == cut_k and id < I) < need: the need-th tied id.
             found = tl.zeros([BLOCK_R], dtype=tl.int64)

@@ -238,8 +238,9 @@ def _next_digit(prefix, below, before, holds, use, shift):
 @triton.jit
 def _binding(prefix_p, prefix_k, use_top_p, use_top_k):
     """(top-p, top-k) searches still to run, given the prefixes of their cuts decided so far:
-    after d digits each cut lies in [prefix, prefix + 2^(16 - 4d) - 1] and both prefixes are
-    multiples of 2^(16 - 4d), so prefix_p > prefix_k puts the whole range of cut_p above cut_k's.
+    with the top b of the 16 bits decided (4 a digit here, 1 a step in the fused walk's bitwise
+    search) each cut lies in [prefix, prefix + 2^(16 - b) - 1] and both prefixes are multiples of
+    2^(16 - b), so prefix_p > prefix_k puts the whole range of cut_p above cut_k's.
     Then top-p (level <= cut_p) keeps every token top-k keeps and changes nothing: its search
     stops, its prefix (still above cut_k) standing in for cut_p; the same for top-k (keys up to
     level cut_k) when prefix_k > prefix_p. Only rows with both masks stop one (the top-p mass
