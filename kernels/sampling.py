@@ -513,12 +513,11 @@ def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, targe
 # Up to this many rows per SM/CU, processing every row split along the vocabulary and then
 # walking beats the fused walk (H100, bf16, top-k 50 + top-p 0.95). The fused walk's time hardly
 # depends on the batch while its programs fit on the SMs (one request a program), the every-row
-# path's grows with the rows. Since the walk's row passes sum per lane and take 512 threads while
-# bs <= SMs (2026-11-27, nineteenth session, same lease, identical verdicts): at 512 rows the fused
-# walk wins (every-row / fused: bs 64 N 8 1.30x and 1.55x at V 151936 and 32000, bs 32 N 16 1.29x
-# and 1.46x, bs 128 N 4 1.02x and 1.57x), at 256 rows every row does (0.66-0.84x). The crossings,
-# about 3700 / 9.4 = 394 rows at V 151936 and 630 / 1.9 = 330 at V 32000, put it at 3 rows per SM.
-EVERY_ROW_ROWS_PER_SM = 3
+# path's grows with the rows. Since the walk's row passes sum per lane, take 512 threads while
+# bs <= SMs and stop a search that cannot bind (2026-11-27, nineteenth session, same lease,
+# identical verdicts): at 384 rows the fused walk wins (every-row / fused 1.12-1.23x at V 151936,
+# 1.24-1.33x at V 32000), at 264 rows every row does (0.87x and 0.98x, bs 66 N 4): 2 rows per SM.
+EVERY_ROW_ROWS_PER_SM = 2
 
 
 def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
@@ -648,7 +647,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
 PROVIDERS = {
     "process_logits": (process_logits, "kernels/sampling_rows.py: rows split along the vocabulary, 4-bit level-bin cut searches"),
     "verify_sampling_from_logits": (verify_sampling_from_logits,
-                                    "kernels/sampling.py: every row split + walk up to 3 rows per SM, else the fused walk over path rows"),
+                                    "kernels/sampling.py: every row split + walk up to 2 rows per SM, else the fused walk over path rows"),
     "verify_chain_sampling_from_logits": (verify_chain_sampling_from_logits,
                                           "kernels/sampling.py: fused walk (greedy drafter) or every row + kernels/verify.py chain walk"),
 }

@@ -6,7 +6,7 @@ per-request temperature, softmax, top-k renormalisation (torch.topk threshold), 
 renormalisation (sort + cumsum), then today's ``verify_sampling`` on the backend with coins from
 torch.rand. Fused path: one ``verify_sampling_from_logits`` call with seed/offset tensors, the op
 as shipped (the Triton provider processes every row split along the vocabulary and then walks,
-up to 3 rows per SM, and beyond that runs the fused walk over the rows each request's path
+up to 2 rows per SM, and beyond that runs the fused walk over the rows each request's path
 visits). Parameters: temperature
 0.8, top_k 50, top_p 0.95 for every request (both masks always run); the "temperature only"
 column times the fused call with the masks off (top_k 0, top_p 1), which skips the threshold
