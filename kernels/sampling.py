@@ -416,8 +416,10 @@ def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Fused
     with unit stride: vectorised loads beside the int64 levels, weights and keys). A request's row
     passes run on one SM, so while the batch leaves SMs to spare (bs <= SMs) a program takes 512
     threads (at the 128-register cap, the SM's whole register file); beyond, 256 threads, so that
-    several requests share an SM. The interpreter vectorises many requests (tensors capped at 2^16
-    elements per row block)."""
+    several requests share an SM. A short row takes no more threads than it has logits in 4s
+    (a warp at least): at V 10 the walk kept a 360 B local frame at 256 and 512 threads on sm_90
+    (Triton 3.9, offline), none at one warp. The interpreter vectorises many requests (tensors
+    capped at 2^16 elements per row block)."""
     n_pad = _pow2(nodes)
     if target.vendor == "interpreter":
         block_v = min(max(next_power_of_2(max(vocab, 1)), 16), 4096)
@@ -425,6 +427,7 @@ def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Fused
         requests = max(1, min(_pow2(bs), 2**16 // block_v, 2**18 // (piece * n_pad), 32768 // n_pad))
         return FusedLaunch(requests, block_v, piece, 1)
     threads = FUSED_WIDE_THREADS if bs <= target.multiprocessors else FUSED_THREADS
+    threads = min(threads, max(target.warp_size, next_power_of_2(max(vocab, 1)) // 4))
     block_v = min(4 * threads, max(next_power_of_2(max(vocab, 1)), 128))
     return FusedLaunch(1, block_v, max(16, min(block_v, 1024 // n_pad)), target.warps(threads))
 
