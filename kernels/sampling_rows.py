@@ -57,6 +57,7 @@ KEEP_ALL_KEY = tl.constexpr(semantics.LEVEL_MAX * (1 << semantics.ID_BITS) + (1 
 SEARCH_DIGITS = 4
 DIGITS = tl.constexpr(SEARCH_DIGITS)
 DIGIT_BINS = tl.constexpr(16)
+PACKED_TILES = tl.constexpr(255)  # tiles a lane counts in 8-bit fields before they are unpacked (one id a lane a tile)
 SEARCH_FIELDS = tl.constexpr(5)  # (top-p prefix, mass below it, top-k prefix, count below it, total weight)
 
 
@@ -210,14 +211,29 @@ def _bins_offsets(digit, row, chunk, rows, chunks):
 
 
 @triton.jit
-def _summed_bins(bins_ptr, digit, row, row_ok, rows, chunks):
-    """(mass bins, count bins), (R, 16) int64 each, of a digit's pass summed over the chunks."""
+def _chunk_bins(bins_ptr, digit, row, row_ok, rows, chunks, lanes, COUNTS: tl.constexpr):
+    """The mass bins (COUNTS: the count bins) of a digit's pass at chunks ``lanes`` (L,) of (R,)
+    rows: (R, L, 16) int64, 0 past ``chunks``."""
+    base = ((digit * rows + row.to(tl.int64)[:, None]) * chunks + lanes[None, :]) * (2 * DIGIT_BINS) + COUNTS * DIGIT_BINS
+    offsets = base[:, :, None] + tl.arange(0, DIGIT_BINS)[None, None, :]
+    ok = (row_ok[:, None] & (lanes[None, :] < chunks))[:, :, None]
+    return tl.load(bins_ptr + offsets, mask=ok, other=0)
+
+
+@triton.jit
+def _summed_bins(bins_ptr, digit, row, row_ok, rows, chunks, C_PAD: tl.constexpr):
+    """(mass bins, count bins), (R, 16) int64 each, of a digit's pass summed over the chunks.
+    The chunks' bins are loaded 8 chunks at a time, every load issued before the sums: a loop
+    over the chunks waited for each chunk's bins in turn (at 32 chunks a row the bin passes of a
+    small batch took 16 us each on the H100, for 1 MB of logits); all C_PAD chunks in one load
+    kept a 40-48 B local frame at the 128-register cap (sm_80, sm_90; offline compile matrix)."""
     mass = tl.zeros([row.shape[0], DIGIT_BINS], dtype=tl.int64)
     count = tl.zeros([row.shape[0], DIGIT_BINS], dtype=tl.int64)
-    for chunk in range(chunks):
-        offsets = _bins_offsets(digit, row, chunk, rows, chunks)
-        mass += tl.load(bins_ptr + offsets, mask=row_ok[:, None], other=0)
-        count += tl.load(bins_ptr + offsets + DIGIT_BINS, mask=row_ok[:, None], other=0)
+    GROUP: tl.constexpr = 8 if C_PAD > 8 else C_PAD
+    for group in tl.static_range(C_PAD // GROUP):
+        lanes = group * GROUP + tl.arange(0, GROUP)
+        mass += tl.sum(_chunk_bins(bins_ptr, digit, row, row_ok, rows, chunks, lanes, False), axis=1)
+        count += tl.sum(_chunk_bins(bins_ptr, digit, row, row_ok, rows, chunks, lanes, True), axis=1)
     return mass, count
 
 
@@ -251,7 +267,8 @@ def _binding(prefix_p, prefix_k, use_top_p, use_top_k):
 
 
 @triton.jit
-def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k, top_p, top_k, DECIDED: tl.constexpr):
+def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k, top_p, top_k, DECIDED: tl.constexpr,
+                  C_PAD: tl.constexpr):
     """The cut searches after DECIDED digits (0..4): (top-p prefix, the mass of the levels below
     it, top-k prefix, the count of the levels below it, the total weight), int64 (R,) each.
 
@@ -270,7 +287,7 @@ def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, us
             prefix_k = tl.load(state + 2, mask=row_ok, other=0)
             below_k = tl.load(state + 3, mask=row_ok, other=0)
             total = tl.load(state + 4, mask=row_ok, other=0)
-        mass, count = _summed_bins(bins_ptr, DECIDED - 1, row, row_ok, rows, chunks)
+        mass, count = _summed_bins(bins_ptr, DECIDED - 1, row, row_ok, rows, chunks, C_PAD)
         if DECIDED == 1:
             total = tl.sum(mass, axis=1)  # the first window holds every level
         shift = 12 - 4 * (DECIDED - 1)
@@ -322,6 +339,25 @@ def _chunk_max_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len
 
 
 @triton.jit
+def _packed_count(low, high, digit, counted):
+    """Add one to bin ``digit`` (0..15) of each lane's packed counts where ``counted``: bins 0-7 in
+    the 8-bit fields of ``low``, 8-15 in ``high`` (int64 (R, T) each; a field overflows past 255,
+    hence PACKED_TILES)."""
+    one = tl.full(digit.shape, 1, dtype=tl.int64) << ((digit & 7) * 8).to(tl.int64)
+    low += tl.where(counted & (digit < 8), one, 0)
+    high += tl.where(counted & (digit >= 8), one, 0)
+    return low, high
+
+
+@triton.jit
+def _unpacked_counts(low, high):
+    """(R, 16) int64: the packed counts of every lane (``_packed_count``) summed per bin."""
+    bins = tl.arange(0, DIGIT_BINS)[None, :, None]
+    fields = tl.where(bins < 8, low[:, None, :], high[:, None, :]) >> ((bins & 7) * 8).to(tl.int64)
+    return tl.sum(fields & 255, axis=2)
+
+
+@triton.jit
 def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, rows_per_request,
                        temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
                        tensor_params, table_ptr,
@@ -338,7 +374,7 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
     use_top_p = row_ok & (greedy == 0) & (top_p < 1)
     use_top_k = row_ok & (greedy == 0) & (top_k > 0)
     prefix_p, below_p, prefix_k, below_k, total = _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k,
-                                                                top_p, top_k, DIGIT)
+                                                                top_p, top_k, DIGIT, C_PAD)
     if DIGIT > 0:
         _store_search_state(search_ptr, row, row_ok & (row * 0 + chunk == 0), prefix_p, below_p, prefix_k, below_k, total, DIGIT)
     use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k)
@@ -352,28 +388,35 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
     # them over 16 lanes, and every tile's digits and weights went through shared memory to reach
     # them (3 layout conversions a tile: 1.6-1.75x this pass's time now, H100).
     mass = tl.zeros([BLOCK_R, DIGIT_BINS, BLOCK_V], dtype=tl.int64)
-    count = tl.zeros([BLOCK_R, DIGIT_BINS, BLOCK_V], dtype=tl.int32)
+    count = tl.zeros([BLOCK_R, DIGIT_BINS], dtype=tl.int64)
     any_top_p = tl.max(use_top_p.to(tl.int32), axis=0) > 0
     any_top_k = tl.max(use_top_k.to(tl.int32), axis=0) > 0
+    tiles = chunk_len // BLOCK_V
     if any_top_p | any_top_k:
-        for tile in range(chunk_len // BLOCK_V):
-            cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
-            ok = row_ok[:, None] & (cols[None, :] < vocab)
-            x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
-            level = _levels(x, row_max, scale)
-            if any_top_p:
-                above = level - prefix_p[:, None]
-                in_window = ok & use_top_p[:, None] & (above >= 0) & (above < (16 << shift))
-                weight = _weights(level, table_ptr, in_window)
-                mass += tl.where((above >> shift).to(tl.int32)[:, None, :] == bins, weight[:, None, :], 0)
+        for first in range(0, tiles, PACKED_TILES):
+            # The counts of a lane's ids, 8 bits a bin (_packed_count), unpacked every PACKED_TILES
+            # tiles: a 16-bin one-hot cost two instructions a bin and id.
+            packed_low = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+            packed_high = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+            for tile in range(first, tl.minimum(first + PACKED_TILES, tiles)):
+                cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
+                ok = row_ok[:, None] & (cols[None, :] < vocab)
+                x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                level = _levels(x, row_max, scale)
+                if any_top_p:
+                    above = level - prefix_p[:, None]
+                    in_window = ok & use_top_p[:, None] & (above >= 0) & (above < (16 << shift))
+                    weight = _weights(level, table_ptr, in_window)
+                    mass += tl.where((above >> shift).to(tl.int32)[:, None, :] == bins, weight[:, None, :], 0)
+                if any_top_k:
+                    above = level - prefix_k[:, None]
+                    in_window = ok & use_top_k[:, None] & (above >= 0) & (above < (16 << shift))
+                    packed_low, packed_high = _packed_count(packed_low, packed_high, (above >> shift).to(tl.int32), in_window)
             if any_top_k:
-                above = level - prefix_k[:, None]
-                in_window = ok & use_top_k[:, None] & (above >= 0) & (above < (16 << shift))
-                digit = tl.where(in_window, (above >> shift).to(tl.int32), DIGIT_BINS)
-                count += (digit[:, None, :] == bins).to(tl.int32)
+                count += _unpacked_counts(packed_low, packed_high)
     offsets = _bins_offsets(DIGIT, row, chunk, rows, chunks)
     tl.store(bins_ptr + offsets, tl.sum(mass, axis=2), mask=row_ok[:, None])
-    tl.store(bins_ptr + offsets + DIGIT_BINS, tl.sum(count, axis=2).to(tl.int64), mask=row_ok[:, None])
+    tl.store(bins_ptr + offsets + DIGIT_BINS, count, mask=row_ok[:, None])
 
 
 @triton.jit
@@ -405,20 +448,17 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
         use_top_p = row_ok & (greedy == 0) & (top_p < 1)
         use_top_k = row_ok & (greedy == 0) & (top_k > 0)
         cut_p, _, cut_k, below_k, _ = _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k, top_p, top_k,
-                                                    DIGITS)
+                                                    DIGITS, C_PAD)
         level_cut = tl.where(use_top_p, cut_p, level_cut)
         # Tokens at the cut level, per chunk: the last pass's count bin of that level (the last
         # pass decides the lowest digit: the cut's low 4 bits).
-        tie_bin = (cut_k & (DIGIT_BINS - 1))[:, None] == tl.arange(0, DIGIT_BINS)[None, :]
-        tied_before = tl.zeros([BLOCK_R], dtype=tl.int64)
-        tied_here = tl.zeros([BLOCK_R], dtype=tl.int64)
-        tied = tl.zeros([BLOCK_R], dtype=tl.int64)
-        for other in range(chunks):
-            counts = tl.load(bins_ptr + _bins_offsets(DIGITS - 1, row, other, rows, chunks) + DIGIT_BINS, mask=row_ok[:, None], other=0)
-            in_chunk = tl.sum(tl.where(tie_bin, counts, 0), axis=1)
-            tied_before += tl.where(other < chunk, in_chunk, 0)
-            tied_here = tl.where(other == chunk, in_chunk, tied_here)
-            tied += in_chunk
+        tie_bin = (cut_k & (DIGIT_BINS - 1))[:, None, None] == tl.arange(0, DIGIT_BINS)[None, None, :]
+        others = tl.arange(0, C_PAD)
+        counts = _chunk_bins(bins_ptr, DIGITS - 1, row, row_ok, rows, chunks, others, True)
+        in_chunk = tl.sum(tl.where(tie_bin, counts, 0), axis=2)  # (R, C_PAD): one load, not a loop over the chunks
+        tied_before = tl.sum(tl.where(others[None, :] < chunk, in_chunk, 0), axis=1)
+        tied_here = tl.sum(tl.where(others[None, :] == chunk, in_chunk, 0), axis=1)
+        tied = tl.sum(in_chunk, axis=1)
         need = top_k - below_k
         split = use_top_k & (tied > need)
         keep_tie = cut_k * ID_SCALE + ID_LAST
@@ -493,7 +533,31 @@ def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, ro
 SEARCH_MAXNREG = 128
 
 MAX_CHUNKS = 32  # bounds what every program reads of its row's partials (C_PAD values a pass)
+# NVIDIA: the level-bin programs (256 threads at 80-128 registers) hold 2 an SM, so a launch runs
+# in waves of 2 x SMs programs. A row is cut into as few chunks as keep every chunk within
+# CHUNK_IDS while the launch fills whole waves, at most MAX_WAVES of them: each program pays a
+# chain of dependent loads (parameters, the search state, the row max) and a reduction of its
+# per-lane bins, so at small batches fewer, longer programs win (H100, bs 8 N 4 V 32000: 90 us
+# against 112 with the 16 chunks of about 4 programs an SM, which ran 2 waves), and beyond 4 waves
+# more chunks cost the top-p passes more than they gain (process_logits 256 x 151936, top-p only:
+# 2214 us in 7 chunks, 2144 in 4, 2133 in 3; with top-k 50 as well 2010, 1994, 2031).
+# BENCHMARKS.md, twentieth session.
+SPLIT_RESIDENT_PER_SM = {"nvidia": 2}
+CHUNK_IDS = 24576
+MAX_WAVES = 4
+# AMD keeps about PROGRAMS_PER_SM programs a CU, rounded up: no AMD GPU here measures a change.
 PROGRAMS_PER_SM = 4
+
+
+def _chunks_wanted(target: KernelTarget, rows: int, vocab: int) -> int:
+    """How many chunks a row is cut into, at most (see SPLIT_RESIDENT_PER_SM)."""
+    rows = max(rows, 1)
+    if target.vendor in SPLIT_RESIDENT_PER_SM:
+        slots = SPLIT_RESIDENT_PER_SM[target.vendor] * target.multiprocessors  # programs a wave
+        # the fewest waves whose chunks hold at most CHUNK_IDS ids, at most MAX_WAVES
+        waves = min(MAX_WAVES, cdiv(cdiv(vocab, CHUNK_IDS) * rows, slots))
+        return min(MAX_CHUNKS, max(1, waves * slots // rows))
+    return min(MAX_CHUNKS, max(1, cdiv(PROGRAMS_PER_SM * target.multiprocessors, rows)))
 
 
 @dataclass(frozen=True)
@@ -519,9 +583,8 @@ class SplitLaunch:
 
 @functools.lru_cache(maxsize=256)
 def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
-    """On a GPU, one row a program and enough chunks for about PROGRAMS_PER_SM programs an SM (at
-    most MAX_CHUNKS a row; one when the rows alone fill the machine), 256 threads; the
-    interpreter vectorises many rows with one chunk a row."""
+    """On a GPU, one row a program, 256 threads, and at most ``_chunks_wanted`` chunks a row;
+    the interpreter vectorises many rows with one chunk a row."""
     if target.vendor == "interpreter":
         block_v = min(max(next_power_of_2(max(vocab, 1)), 16), 4096)
         bins_block = min(block_v, 512)
@@ -534,8 +597,7 @@ def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
     # 512 ids a tile in the kept pass: 1024 left a 24 B local frame on sm_100 with the tie search,
     # and 64 (a tiny vocabulary's half tile) an 8 B one; offline compile matrix, Triton 3.9.
     kept_block = max(block_v // 2, 128)
-    wanted = min(MAX_CHUNKS, max(1, cdiv(PROGRAMS_PER_SM * target.multiprocessors, max(rows, 1))))
-    chunk_len = cdiv(cdiv(vocab, wanted), block_v) * block_v
+    chunk_len = cdiv(cdiv(vocab, _chunks_wanted(target, rows, vocab)), block_v) * block_v  # the chunks: at most the wanted
     return SplitLaunch(1, cdiv(vocab, chunk_len), chunk_len, block_v, bins_block, kept_block, target.warps(256),
                        SEARCH_MAXNREG if target.vendor == "nvidia" else 0)
 

@@ -11,7 +11,8 @@ searches that stop once one cut lies wholly above the other (``_binding``): eith
 early changes the kept set and fails here (checked by mutation, 2026-11-27). It compares the probabilities bit for
 bit (and the raw log-sum-exp within 1e-5) with the cpu reference, and a tree verified from logits
 through the every-row path (the GPUs' path for small batches) verdict for verdict; and rows
-processed in slabs of whole requests (more row blocks than a CUDA grid axis takes). Runs in a fresh process:
+processed in slabs of whole requests (more row blocks than a CUDA grid axis takes). The bin passes'
+packed token counts are unpacked every 3 tiles (PACKED_TILES; 255 on a GPU). Runs in a fresh process:
 TRITON_INTERPRET must be set before kernels are defined.
 """
 import textwrap
@@ -23,7 +24,12 @@ PROBE = textwrap.dedent("""
     import spec_hal
     import spec_hal.kernels.sampling as sampling_kernels
     import spec_hal.kernels.sampling_rows as rows_kernels
+    import triton.language as tl
     from spec_hal.conformance.trees import random_tree
+
+    # The bin passes' packed token counts are unpacked every 3 tiles here (255 on a GPU), so that
+    # a 10-tile chunk unpacks them 4 times, the last after a partial group.
+    rows_kernels.PACKED_TILES = tl.constexpr(3)
 
     def launch_with(chunk_len):
         def launch(target, rows, vocab):

@@ -1,0 +1,55 @@
+"""The every-row processing's launch (kernels/sampling_rows.py: ``split_launch``): how a row is cut
+into chunks on each vendor. Pure host arithmetic; the kernels' results do not depend on it
+(tests/test_sampling_split.py runs them at 1-10 chunks a row)."""
+import pytest
+
+from spec_hal.kernels import sampling_rows
+from spec_hal.kernels.launch import KernelTarget, cdiv
+
+H100 = KernelTarget.for_arch("sm_90", multiprocessors=132)
+MI300X = KernelTarget.for_arch("gfx942", multiprocessors=304)
+SHAPES = [(rows, vocab) for rows in (1, 4, 16, 32, 64, 128, 256, 263, 264, 1024, 5000) for vocab in (10, 1000, 32000, 128256, 151936)]
+
+
+@pytest.mark.parametrize("target", [H100, MI300X], ids=["sm_90", "gfx942"])
+@pytest.mark.parametrize("rows,vocab", SHAPES)
+def test_chunks_cover_the_row_without_an_empty_chunk(target, rows, vocab):
+    config = sampling_rows.split_launch(target, rows, vocab)
+    assert 1 <= config.chunks <= sampling_rows.MAX_CHUNKS
+    for tile in (config.block_v, config.bins_block, config.kept_block):
+        assert config.chunk_len % tile == 0  # the passes loop over whole tiles of a chunk
+    assert (config.chunks - 1) * config.chunk_len < vocab <= config.chunks * config.chunk_len
+    assert config.c_pad >= config.chunks
+
+
+@pytest.mark.parametrize("rows,vocab", SHAPES)
+def test_nvidia_chunks_fill_whole_waves_within_the_chunk_target(rows, vocab):
+    """On NVIDIA a launch fills at most the fewest waves of 2 programs an SM whose chunks hold at
+    most CHUNK_IDS ids (rounded up to a tile), and at most MAX_WAVES waves unless every row takes
+    one chunk; the chunks hold at most CHUNK_IDS ids unless a limit stopped them."""
+    config = sampling_rows.split_launch(H100, rows, vocab)
+    slots = 2 * H100.multiprocessors
+    fewest_waves = cdiv(cdiv(vocab, sampling_rows.CHUNK_IDS) * rows, slots)
+    if config.chunks < sampling_rows.MAX_CHUNKS and fewest_waves <= sampling_rows.MAX_WAVES:
+        assert config.chunk_len <= cdiv(sampling_rows.CHUNK_IDS, config.block_v) * config.block_v
+    assert rows * config.chunks <= max(min(fewest_waves, sampling_rows.MAX_WAVES) * slots, rows)
+
+
+@pytest.mark.parametrize("rows,vocab,chunks", [
+    (16, 32000, 16),    # one wave: 264 // 16 = 16 chunks of 2048 (was 32 chunks of 1024: two waves)
+    (32, 32000, 8),     # one wave: 8 chunks of 4096
+    (64, 151936, 8),    # 7 chunks of at most 24576 ids take 448 programs: two waves, 528 // 64 = 8
+    (128, 151936, 8),   # 4 waves
+    (256, 151936, 4),   # 7 chunks would take 7 waves: MAX_WAVES leaves 4 (was 3 chunks)
+    (1024, 151936, 1),  # past MAX_WAVES with one chunk a row
+    (4, 151936, 30),    # MAX_CHUNKS wanted; 5120-id chunks make 30
+    (256, 32000, 2),
+])
+def test_nvidia_chunks_at_measured_shapes(rows, vocab, chunks):
+    assert sampling_rows.split_launch(H100, rows, vocab).chunks == chunks
+
+
+def test_amd_keeps_about_four_programs_a_cu():
+    """No AMD GPU here measured the wave rule: AMD keeps cdiv(4 x CUs, rows) chunks a row."""
+    assert sampling_rows.split_launch(MI300X, 64, 151936).chunks == cdiv(151936, cdiv(cdiv(151936, cdiv(4 * 304, 64)), 1024) * 1024)
+    assert sampling_rows.split_launch(MI300X, 16, 32000).chunks == 32
