@@ -98,6 +98,15 @@ def _hash_coin(seed, offset, position, purpose):
 
 
 @triton.jit
+def _row_tile(logits_ptr, row_offsets, rows_on, k, vocab, stride_col, BLOCK_V: tl.constexpr):
+    """Tile k of (R,) rows: (ids (BLOCK_V,), in range (R, BLOCK_V) for the rows ``rows_on``,
+    their sanitised float32 logits)."""
+    cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
+    ok = rows_on[:, None] & (cols[None, :] < vocab)
+    return cols, ok, _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+
+
+@triton.jit
 def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
                     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
@@ -110,9 +119,7 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
     argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
     sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
     for k in range(num_blocks):
-        cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-        ok = row_ok[:, None] & (cols[None, :] < vocab)
-        x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+        cols, ok, x = _row_tile(logits_ptr, row_offsets, row_ok, k, vocab, stride_col, BLOCK_V)
         row_max, argmax, sum_exp = _online_max(x, cols, ok, row_max, argmax, sum_exp, WANT_LSE)
     lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
 
@@ -129,9 +136,7 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
         lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
         if tl.max(use_top_p.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
-                cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                ok = use_top_p[:, None] & (cols[None, :] < vocab)
-                x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                cols, ok, x = _row_tile(logits_ptr, row_offsets, use_top_p, k, vocab, stride_col, BLOCK_V)
                 lanes += tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr, None), 0)
         total = tl.sum(lanes, axis=1)
         bound = top_p * total.to(tl.float64)
@@ -151,17 +156,13 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
             mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
             if tl.max(active_p.to(tl.int32), axis=0) > 0:
                 for k in range(num_blocks):
-                    cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                    ok = searching[:, None] & (cols[None, :] < vocab)
-                    x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                    cols, ok, x = _row_tile(logits_ptr, row_offsets, searching, k, vocab, stride_col, BLOCK_V)
                     level = _levels(x, row_max, scale)
                     mass_lanes += tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr, None), 0)
                     count_lanes += tl.where(ok & (level < candidate_k[:, None]), 1, 0)
             else:
                 for k in range(num_blocks):
-                    cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                    ok = searching[:, None] & (cols[None, :] < vocab)
-                    x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                    cols, ok, x = _row_tile(logits_ptr, row_offsets, searching, k, vocab, stride_col, BLOCK_V)
                     count_lanes += tl.where(ok & (_levels(x, row_max, scale) < candidate_k[:, None]), 1, 0)
             mass = tl.sum(mass_lanes, axis=1)
             count = tl.sum(count_lanes, axis=1).to(tl.int64)
@@ -177,9 +178,7 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
         tied_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
         if tl.max(active_k.to(tl.int32), axis=0) > 0:
             for k in range(num_blocks):
-                cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                ok = active_k[:, None] & (cols[None, :] < vocab)
-                x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                cols, ok, x = _row_tile(logits_ptr, row_offsets, active_k, k, vocab, stride_col, BLOCK_V)
                 tied_lanes += tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0)
         tied = tl.sum(tied_lanes, axis=1).to(tl.int64)
         id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
@@ -191,9 +190,7 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
                 candidate = found | (tl.full([BLOCK_R], 1, dtype=tl.int64) << (id_bits - 1 - step))
                 count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
                 for k in range(num_blocks):
-                    cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-                    ok = split_tie[:, None] & (cols[None, :] < vocab)
-                    x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                    cols, ok, x = _row_tile(logits_ptr, row_offsets, split_tie, k, vocab, stride_col, BLOCK_V)
                     hit = ok & (_levels(x, row_max, scale) == cut_k[:, None]) & (cols[None, :].to(tl.int64) < candidate[:, None])
                     count_lanes += tl.where(hit, 1, 0)
                 count = tl.sum(count_lanes, axis=1).to(tl.int64)
@@ -204,9 +201,7 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
     # The kept total W'.
     kept_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
     for k in range(num_blocks):
-        cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-        ok = row_ok[:, None] & (cols[None, :] < vocab)
-        x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+        cols, ok, x = _row_tile(logits_ptr, row_offsets, row_ok, k, vocab, stride_col, BLOCK_V)
         kept_lanes += _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
     return row_max, argmax, lse, key_cut, level_cut, tl.sum(kept_lanes, axis=1)
 
@@ -354,9 +349,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
     row_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
     residual_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
     for k in range(tl.cdiv(vocab, BLOCK_V)):
-        cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-        in_row = req_ok[:, None] & (cols[None, :] < vocab)
-        x = _load_logits(logits_ptr, final_offsets, cols, in_row, stride_col)
+        cols, in_row, x = _row_tile(logits_ptr, final_offsets, req_ok, k, vocab, stride_col, BLOCK_V)
         kept = _kept_weights(x, cols[None, :], in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
         block_sum = tl.sum(_quantize(_probabilities(kept, kept_total)), axis=1)
         in_block = (rejected_tokens >= k * BLOCK_V) & (rejected_tokens < (k + 1) * BLOCK_V)

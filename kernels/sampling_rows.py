@@ -66,12 +66,18 @@ SEARCH_FIELDS = tl.constexpr(5)  # (top-p prefix, mass below it, top-k prefix, c
 
 
 @triton.jit
-def _load_logits(logits_ptr, row_offsets, cols, ok, stride_col):
-    """Sanitised float32 logits (NaN -> -inf, +inf -> FLT_MAX); -inf outside ``ok``."""
-    x = tl.load(logits_ptr + row_offsets[:, None] + cols[None, :].to(tl.int64) * stride_col, mask=ok, other=float("-inf")).to(tl.float32)
+def _sanitized(raw, ok):
+    """float32 of loaded logits, NaN -> -inf, +inf -> FLT_MAX; -inf outside ``ok``."""
+    x = raw.to(tl.float32)
     x = tl.where(x != x, float("-inf"), x)
     x = tl.minimum(x, FLT_MAX)
     return tl.where(ok, x, float("-inf"))
+
+
+@triton.jit
+def _load_logits(logits_ptr, row_offsets, cols, ok, stride_col):
+    """Sanitised float32 logits (NaN -> -inf, +inf -> FLT_MAX); -inf outside ``ok``."""
+    return _sanitized(tl.load(logits_ptr + row_offsets[:, None] + cols[None, :].to(tl.int64) * stride_col, mask=ok, other=float("-inf")), ok)
 
 
 @triton.jit
@@ -174,6 +180,29 @@ def _row_params(row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr
 @triton.jit
 def _chunk_cols(chunk, chunk_len, tile, BLOCK: tl.constexpr):
     return chunk * chunk_len + tile * BLOCK + tl.arange(0, BLOCK)
+
+
+@triton.jit
+def _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK: tl.constexpr):
+    """The raw logits of a chunk's tile, as loaded (-inf past the row, the chunk or ``row_ok``):
+    ``_next_tile`` loads them a tile ahead and sanitises them when they are used."""
+    cols = _chunk_cols(chunk, chunk_len, tile, BLOCK)
+    ok = row_ok[:, None] & (cols[None, :] < vocab) & (cols[None, :] < (chunk + 1) * chunk_len)
+    return tl.load(logits_ptr + row_offsets[:, None] + cols[None, :].to(tl.int64) * stride_col, mask=ok, other=float("-inf"))
+
+
+@triton.jit
+def _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK: tl.constexpr):
+    """Tile ``tile`` of a chunk from ``ahead``, its raw logits loaded one tile earlier: (ids,
+    in range, sanitised float32 logits, the raw logits of tile + 1). Each pass's loop issues the
+    next tile's load before it works on this one, so the load's latency overlaps the work: with
+    one load in flight a program, the passes waited on memory (H100, bs 64 N 4 V 151936: the
+    from-logits verify took 0.78x of its time with the four passes reading ahead; BENCHMARKS.md,
+    twenty-first session)."""
+    cols = _chunk_cols(chunk, chunk_len, tile, BLOCK)
+    ok = row_ok[:, None] & (cols[None, :] < vocab)
+    x = _sanitized(ahead, ok)
+    return cols, ok, x, _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile + 1, vocab, stride_col, BLOCK)
 
 
 @triton.jit
@@ -327,10 +356,9 @@ def _chunk_max_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len
     chunk_max = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
     argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
     sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
+    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
     for tile in range(chunk_len // BLOCK_V):
-        cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
-        ok = row_ok[:, None] & (cols[None, :] < vocab)
-        x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
         chunk_max, argmax, sum_exp = _online_max(x, cols, ok, chunk_max, argmax, sum_exp, WANT_LSE)
     offsets = row.to(tl.int64) * chunks + chunk
     tl.store(max_ptr + offsets, chunk_max, mask=row_ok)
@@ -394,6 +422,16 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
     any_top_k = tl.max(use_top_k.to(tl.int32), axis=0) > 0
     tiles = chunk_len // BLOCK_V
     if any_top_p | any_top_k:
+        ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
+        # Past the first digit a top-p window holds a few levels, often no id of a tile: the
+        # one-hot is skipped for a tile with none in it. Finding that out costs a reduction over
+        # the program's warps, which is paid only while at most a quarter of the tiles checked so
+        # far had one (H100, same lease, against the passes reading ahead alone: the verify at
+        # bs 8 N 8 and bs 64 N 4 took 0.92-0.95x of its time at V 32000, 0.97x at V 151936; on
+        # dense windows a check at every tile cost 1.06-1.07x, this rule 1.01-1.03x;
+        # BENCHMARKS.md, twenty-first session).
+        tiles_hit = 0
+        tiles_checked = 0
         for first in range(0, tiles, PACKED_TILES):
             # The counts of a lane's ids, 8 bits a bin (_packed_count: a shift and two int64 adds an
             # id, where a 16-bin int32 one-hot compared and added 16 times), unpacked every
@@ -401,15 +439,21 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
             packed_low = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
             packed_high = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
             for tile in range(first, tl.minimum(first + PACKED_TILES, tiles)):
-                cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
-                ok = row_ok[:, None] & (cols[None, :] < vocab)
-                x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+                cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
                 level = _levels(x, row_max, scale)
                 if any_top_p:
                     above = level - prefix_p[:, None]
                     in_window = ok & use_top_p[:, None] & (above >= 0) & (above < (16 << shift))
-                    weight = _weights(level, table_ptr, in_window)
-                    mass += tl.where((above >> shift).to(tl.int32)[:, None, :] == bins, weight[:, None, :], 0)
+                    needed = True
+                    if DIGIT > 0:
+                        if tiles_hit * 4 <= tiles_checked:
+                            hit = tl.max(tl.max(in_window.to(tl.int32), axis=1), axis=0)
+                            tiles_hit += hit
+                            tiles_checked += 1
+                            needed = hit > 0
+                    if needed:
+                        weight = _weights(level, table_ptr, in_window)
+                        mass += tl.where((above >> shift).to(tl.int32)[:, None, :] == bins, weight[:, None, :], 0)
                 if any_top_k:
                     above = level - prefix_k[:, None]
                     in_window = ok & use_top_k[:, None] & (above >= 0) & (above < (16 << shift))
@@ -484,10 +528,9 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
     # Per-lane sums, reduced once after the chunk: a (rows, tile) sum per tile synchronised the
     # program's warps at every tile.
     kept_sums = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
     for tile in range(chunk_len // BLOCK_V):
-        cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
-        ok = row_ok[:, None] & (cols[None, :] < vocab)
-        x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
         kept_sums += _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, chunk_key_cut, level_cut, min_weight, table_ptr)
     tl.store(kept_ptr + row.to(tl.int64) * chunks + chunk, tl.sum(kept_sums, axis=1), mask=row_ok)
     # One writer per row: the chunk that found the tie's id, else chunk 0 (which writes the level cut).
@@ -517,10 +560,9 @@ def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, ro
     kept_total = tl.sum(tl.load(kept_ptr + row.to(tl.int64)[:, None] * chunks + lanes[None, :],
                                 mask=row_ok[:, None] & (lanes[None, :] < chunks), other=0), axis=1)
     row_offsets = row.to(tl.int64) * stride_row
+    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
     for tile in range(chunk_len // BLOCK_V):
-        cols = _chunk_cols(chunk, chunk_len, tile, BLOCK_V)
-        ok = row_ok[:, None] & (cols[None, :] < vocab)
-        x = _load_logits(logits_ptr, row_offsets, cols, ok, stride_col)
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
         kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
         tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], _probabilities(kept, kept_total), mask=ok)
 
