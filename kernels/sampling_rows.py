@@ -423,12 +423,13 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
     tiles = chunk_len // BLOCK_V
     if any_top_p | any_top_k:
         ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
-        # Past the first digit a top-p window holds a few levels, often no id of a tile: the
-        # one-hot is skipped for a tile with none in it. Finding that out costs a reduction over
-        # the program's warps, which is paid only while at most a quarter of the tiles checked so
-        # far had one (H100, same lease, against the passes reading ahead alone: the verify at
-        # bs 8 N 8 and bs 64 N 4 took 0.92-0.95x of its time at V 32000, 0.97x at V 151936; on
-        # dense windows a check at every tile cost 1.06-1.07x, this rule 1.01-1.03x;
+        # Past the first digit a row's top-p window spans 4096, 256 or 16 levels and often holds
+        # no id of a tile: the mass one-hot is skipped for such a tile (it would add zeros).
+        # Finding that out costs a reduction over the program's warps, paid only while at most a
+        # quarter of the tiles checked so far had an id in the window (H100, same lease, against
+        # the passes reading ahead alone: the verify at bs 8 N 8 and bs 64 N 4 took 0.92-0.95x of
+        # its time at V 32000, 0.97x at V 151936; on randn rows, whose window holds an id in
+        # nearly every tile, a check at every tile cost 1.04-1.07x, this rule 1.00-1.03x;
         # BENCHMARKS.md, twenty-first session).
         tiles_hit = 0
         tiles_checked = 0

@@ -12,7 +12,9 @@ early changes the kept set and fails here (checked by mutation, 2026-11-27). It 
 bit (and the raw log-sum-exp within 1e-5) with the cpu reference, and a tree verified from logits
 through the every-row path (the GPUs' path for small batches) verdict for verdict; and rows
 processed in slabs of whole requests (more row blocks than a CUDA grid axis takes). The bin passes'
-packed token counts are unpacked every 3 tiles (PACKED_TILES; 255 on a GPU). Runs in a fresh process:
+packed token counts are unpacked every 3 tiles (PACKED_TILES; 255 on a GPU); a bin pass skipping the
+mass of a tile that has an id in its top-p window fails here (checked by mutation, 2026-11-27,
+twenty-first session). Runs in a fresh process:
 TRITON_INTERPRET must be set before kernels are defined.
 """
 import textwrap
