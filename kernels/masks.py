@@ -60,12 +60,8 @@ def tile_words(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexp
     select; a constrained row's words past the mask's width are 0 (nothing allowed there) and
     never loaded. Loaded apart from ``words_allowed`` so that a loop can issue them a tile ahead."""
     word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)[None, :]
-    # An unconstrained row's all-ones words come in as the load's ``other``: a select after the
-    # load waited for the words where they are loaded, a tile ahead of their use (SASS, sm_90;
-    # H100: the half-masked one-hot chain walk 1.35x -> 1.24x of unmasked at bs 64 N 8 V 151936,
-    # other cells unchanged; BENCHMARKS.md, twenty-second session).
-    unloaded = tl.where(constrained[:, None], 0, -1)
-    return tl.load(mask_ptr + base[:, None] + word_ids, mask=constrained[:, None] & (word_ids < width), other=unloaded)
+    words = tl.load(mask_ptr + base[:, None] + word_ids, mask=constrained[:, None] & (word_ids < width), other=0)
+    return tl.where(constrained[:, None], words, -1)
 
 
 @triton.jit
