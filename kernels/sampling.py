@@ -39,7 +39,7 @@ from spec_hal.types import DraftTree, Verdict
 from . import verify as verify_kernels
 from . import sampling_rows
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, NO_ID, _kept_weights, _levels, _sanitized,
+from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, NO_ID, _kept_weights, _levels, _next_tile, _raw_tile,
                             _binding, _online_max, _probabilities, _request_params, _weights)
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
@@ -98,27 +98,6 @@ def _hash_coin(seed, offset, position, purpose):
 
 
 @triton.jit
-def _raw_row_tile(logits_ptr, row_offsets, rows_on, k, vocab, stride_col, BLOCK_V: tl.constexpr):
-    """The raw logits of tile k of (R,) rows, as loaded (-inf past the row or off ``rows_on``)."""
-    cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-    ok = rows_on[:, None] & (cols[None, :] < vocab)
-    return tl.load(logits_ptr + row_offsets[:, None] + cols[None, :].to(tl.int64) * stride_col, mask=ok, other=float("-inf"))
-
-
-@triton.jit
-def _row_tile(ahead, logits_ptr, row_offsets, rows_on, k, vocab, stride_col, BLOCK_V: tl.constexpr):
-    """Tile k of (R,) rows from ``ahead``, its raw logits loaded one tile earlier: (ids (BLOCK_V,),
-    in range (R, BLOCK_V) for the rows ``rows_on``, their sanitised float32 logits, the raw logits
-    of tile k + 1). Every row pass loads the next tile before it works on this one, as the
-    every-row passes do: a program otherwise waits for each tile's load (H100, the fused walk
-    forced, same lease, identical verdicts: 0.84-0.86x of its time with top-k and top-p at
-    V 151936, 1.00x at V 32000; BENCHMARKS.md, twenty-second session)."""
-    cols = k * BLOCK_V + tl.arange(0, BLOCK_V)
-    ok = rows_on[:, None] & (cols[None, :] < vocab)
-    return cols, ok, _sanitized(ahead, ok), _raw_row_tile(logits_ptr, row_offsets, rows_on, k + 1, vocab, stride_col, BLOCK_V)
-
-
-@triton.jit
 def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
                     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
@@ -126,13 +105,17 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
     one for the total weight; with top-p or top-k on, the 16-step level search, one tie count and
     (only when the top-k cut splits a tie) the id search; one for the kept total."""
     num_blocks = tl.cdiv(vocab, BLOCK_V)
+    # Every row pass reads a tile ahead through sampling_rows' chunk helpers, the whole row as
+    # chunk 0 (H100, the fused walk forced: 0.84-0.86x of its time with top-k and top-p at
+    # V 151936, 1.00x at V 32000; BENCHMARKS.md, twenty-second session).
+    row_len = num_blocks * BLOCK_V
     # Pass 1: max, argmax (lowest id of the max) and, for raw logprobs, the online log-sum-exp.
     row_max = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
     argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
     sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
-    ahead = _raw_row_tile(logits_ptr, row_offsets, row_ok, 0, vocab, stride_col, BLOCK_V)
+    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V)
     for k in range(num_blocks):
-        cols, ok, x, ahead = _row_tile(ahead, logits_ptr, row_offsets, row_ok, k, vocab, stride_col, BLOCK_V)
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
         row_max, argmax, sum_exp = _online_max(x, cols, ok, row_max, argmax, sum_exp, WANT_LSE)
     lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
 
@@ -148,9 +131,9 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
         # the program's warps at every tile (H100: the walk took 0.70-0.74x its time without it).
         lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
         if tl.max(use_top_p.to(tl.int32), axis=0) > 0:
-            ahead = _raw_row_tile(logits_ptr, row_offsets, use_top_p, 0, vocab, stride_col, BLOCK_V)
+            ahead = _raw_tile(logits_ptr, row_offsets, use_top_p, 0, row_len, 0, vocab, stride_col, BLOCK_V)
             for k in range(num_blocks):
-                cols, ok, x, ahead = _row_tile(ahead, logits_ptr, row_offsets, use_top_p, k, vocab, stride_col, BLOCK_V)
+                cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, use_top_p, 0, row_len, k, vocab, stride_col, BLOCK_V)
                 lanes += tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr, None), 0)
         total = tl.sum(lanes, axis=1)
         bound = top_p * total.to(tl.float64)
@@ -169,16 +152,16 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
             count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
             mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
             if tl.max(active_p.to(tl.int32), axis=0) > 0:
-                ahead = _raw_row_tile(logits_ptr, row_offsets, searching, 0, vocab, stride_col, BLOCK_V)
+                ahead = _raw_tile(logits_ptr, row_offsets, searching, 0, row_len, 0, vocab, stride_col, BLOCK_V)
                 for k in range(num_blocks):
-                    cols, ok, x, ahead = _row_tile(ahead, logits_ptr, row_offsets, searching, k, vocab, stride_col, BLOCK_V)
+                    cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V)
                     level = _levels(x, row_max, scale)
                     mass_lanes += tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr, None), 0)
                     count_lanes += tl.where(ok & (level < candidate_k[:, None]), 1, 0)
             else:
-                ahead = _raw_row_tile(logits_ptr, row_offsets, searching, 0, vocab, stride_col, BLOCK_V)
+                ahead = _raw_tile(logits_ptr, row_offsets, searching, 0, row_len, 0, vocab, stride_col, BLOCK_V)
                 for k in range(num_blocks):
-                    cols, ok, x, ahead = _row_tile(ahead, logits_ptr, row_offsets, searching, k, vocab, stride_col, BLOCK_V)
+                    cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V)
                     count_lanes += tl.where(ok & (_levels(x, row_max, scale) < candidate_k[:, None]), 1, 0)
             mass = tl.sum(mass_lanes, axis=1)
             count = tl.sum(count_lanes, axis=1).to(tl.int64)
@@ -193,9 +176,9 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
         need = top_k - below_k
         tied_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
         if tl.max(active_k.to(tl.int32), axis=0) > 0:
-            ahead = _raw_row_tile(logits_ptr, row_offsets, active_k, 0, vocab, stride_col, BLOCK_V)
+            ahead = _raw_tile(logits_ptr, row_offsets, active_k, 0, row_len, 0, vocab, stride_col, BLOCK_V)
             for k in range(num_blocks):
-                cols, ok, x, ahead = _row_tile(ahead, logits_ptr, row_offsets, active_k, k, vocab, stride_col, BLOCK_V)
+                cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, active_k, 0, row_len, k, vocab, stride_col, BLOCK_V)
                 tied_lanes += tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0)
         tied = tl.sum(tied_lanes, axis=1).to(tl.int64)
         id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
@@ -206,9 +189,9 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
             for step in range(id_bits):
                 candidate = found | (tl.full([BLOCK_R], 1, dtype=tl.int64) << (id_bits - 1 - step))
                 count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
-                ahead = _raw_row_tile(logits_ptr, row_offsets, split_tie, 0, vocab, stride_col, BLOCK_V)
+                ahead = _raw_tile(logits_ptr, row_offsets, split_tie, 0, row_len, 0, vocab, stride_col, BLOCK_V)
                 for k in range(num_blocks):
-                    cols, ok, x, ahead = _row_tile(ahead, logits_ptr, row_offsets, split_tie, k, vocab, stride_col, BLOCK_V)
+                    cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, split_tie, 0, row_len, k, vocab, stride_col, BLOCK_V)
                     hit = ok & (_levels(x, row_max, scale) == cut_k[:, None]) & (cols[None, :].to(tl.int64) < candidate[:, None])
                     count_lanes += tl.where(hit, 1, 0)
                 count = tl.sum(count_lanes, axis=1).to(tl.int64)
@@ -218,9 +201,9 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
 
     # The kept total W'.
     kept_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
-    ahead = _raw_row_tile(logits_ptr, row_offsets, row_ok, 0, vocab, stride_col, BLOCK_V)
+    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V)
     for k in range(num_blocks):
-        cols, ok, x, ahead = _row_tile(ahead, logits_ptr, row_offsets, row_ok, k, vocab, stride_col, BLOCK_V)
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
         kept_lanes += _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
     return row_max, argmax, lse, key_cut, level_cut, tl.sum(kept_lanes, axis=1)
 
@@ -367,9 +350,10 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
     blocks = tl.arange(0, NB_PAD)
     row_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
     residual_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
-    ahead = _raw_row_tile(logits_ptr, final_offsets, req_ok, 0, vocab, stride_col, BLOCK_V)
+    row_len = tl.cdiv(vocab, BLOCK_V) * BLOCK_V  # the final row as chunk 0 (see _row_statistics)
+    ahead = _raw_tile(logits_ptr, final_offsets, req_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V)
     for k in range(tl.cdiv(vocab, BLOCK_V)):
-        cols, in_row, x, ahead = _row_tile(ahead, logits_ptr, final_offsets, req_ok, k, vocab, stride_col, BLOCK_V)
+        cols, in_row, x, ahead = _next_tile(ahead, logits_ptr, final_offsets, req_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
         kept = _kept_weights(x, cols[None, :], in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
         block_sum = tl.sum(_quantize(_probabilities(kept, kept_total)), axis=1)
         in_block = (rejected_tokens >= k * BLOCK_V) & (rejected_tokens < (k + 1) * BLOCK_V)

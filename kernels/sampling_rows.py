@@ -198,7 +198,8 @@ def _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, v
     next tile's load before it works on this one, so the load's latency overlaps the work: with
     one load in flight a program, the passes waited on memory (H100, bs 64 N 4 V 151936: the
     from-logits verify took 0.78x of its time with every pass reading ahead (chunk max, the four
-    bin passes, kept, probabilities); BENCHMARKS.md, twenty-first session)."""
+    bin passes, kept, probabilities); BENCHMARKS.md, twenty-first session). The fused walk's row
+    passes (kernels/sampling.py) read whole rows through it as chunk 0."""
     cols = _chunk_cols(chunk, chunk_len, tile, BLOCK)
     ok = row_ok[:, None] & (cols[None, :] < vocab)
     x = _sanitized(ahead, ok)
