@@ -8,8 +8,8 @@ Device helpers other kernels import (``from .masks import mask_row_base, token_a
   the row's mask; True where the row is unconstrained. An unconstrained row loads nothing, so
   rows without a grammar cost no memory traffic.
 * ``tile_words`` + ``words_allowed`` ((R,) rows' tiles of ids, at one start for all rows or one
-  per row; the load apart from the bit test) and ``tile_allowed`` (both, for one row): each mask
-  word loaded once, contiguously.
+  per row; the load apart from the bit test), ``rows_tile_allowed`` (both, at one start) and
+  ``tile_allowed`` (both, for one row): each mask word loaded once, contiguously.
 
 ``_apply_bitmask_kernel`` (grid: rows x tiles) never reads the logits: it stores -inf where a
 constrained row's bit is clear, so it moves V/32 words per constrained row and nothing for
@@ -75,21 +75,29 @@ def words_allowed(words, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexpr):
-    """``token_allowed`` of one row's BLOCK consecutive ids ``first_col + arange(BLOCK)``
-    (``first_col`` a multiple of 32; BLOCK a power of two; ``base``, ``constrained`` scalars):
-    ``tile_words`` + ``words_allowed`` for a single row: the tile's BLOCK / 32 words in one
-    contiguous load (a word load per id, as token_allowed does, cost 1.4x the unmasked time on
-    the H100)."""
-    if BLOCK < 32:  # narrower than one word (the interpreter's tiles of tiny vocabularies)
-        allowed = token_allowed(mask_ptr, base, constrained, first_col + tl.arange(0, BLOCK), True, width)
+def rows_tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexpr):
+    """``token_allowed`` of the BLOCK consecutive ids ``first_col + arange(BLOCK)`` of each of R
+    rows (``first_col`` a multiple of 32 (a scalar); BLOCK a power of two; ``base``,
+    ``constrained``: (R,)), as (R, BLOCK): ``tile_words`` + ``words_allowed``, the tile's BLOCK /
+    32 words of a row in one contiguous load (a word load per id, as token_allowed does, cost
+    1.4x the unmasked time in the sampling walks and 1.4-1.7x in verify_tree_sampling on the
+    H100). Narrower than one word (the interpreter's tiles of tiny vocabularies): token_allowed."""
+    if BLOCK < 32:
+        cols = first_col + tl.arange(0, BLOCK)[None, :]
+        allowed = token_allowed(mask_ptr, base[:, None], constrained[:, None], cols, True, width)
     else:
-        # the row's scalars broadcast as (1,) ints first: the interpreter rejects a load mask
-        # made from the 0-d bool (a scalar row's flag); compiled, it folds away.
-        one_row = tl.zeros([1], dtype=tl.int32)
-        words = tile_words(mask_ptr, one_row + base, (one_row + constrained.to(tl.int32)) != 0, first_col, width, BLOCK)
-        allowed = tl.reshape(words_allowed(words, BLOCK), [BLOCK])
+        allowed = words_allowed(tile_words(mask_ptr, base, constrained, first_col, width, BLOCK), BLOCK)
     return allowed
+
+
+@triton.jit
+def tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexpr):
+    """``rows_tile_allowed`` of one row (``base``, ``constrained`` scalars), as (BLOCK,)."""
+    # the row's scalars broadcast as (1,) ints first: the interpreter rejects a load mask made
+    # from the 0-d bool (a scalar row's flag); compiled, it folds away.
+    one_row = tl.zeros([1], dtype=tl.int32)
+    allowed = rows_tile_allowed(mask_ptr, one_row + base, (one_row + constrained.to(tl.int32)) != 0, first_col, width, BLOCK)
+    return tl.reshape(allowed, [BLOCK])
 
 
 @triton.jit

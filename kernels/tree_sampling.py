@@ -36,7 +36,7 @@ from spec_hal.types import DraftTree, Verdict
 from spec_hal.verify import record_walk_values
 
 from .launch import MAX_THREAD_REGISTERS, SM_REGISTERS, KernelTarget, cdiv, next_power_of_2, runtime_specialized
-from .masks import mask_row_base, token_allowed
+from .masks import mask_row_base, rows_tile_allowed, token_allowed
 from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _sanitize_coins, _sanitize_probs,
                      _store_verdict, _verdict_buffers)
 
@@ -50,18 +50,23 @@ RECIPROCAL_SEED = tl.constexpr(0x7FDE623822FC16E6)
 
 
 @triton.jit
-def _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols, ok, mask_ptr, mask_base, constrained, mask_width,
-                    HAS_MASK: tl.constexpr):
+def _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols, ok, p_ok):
     """(quantised target p, quantised draft q) int64 at token ids ``cols`` (R, L) of each request's
-    rows (``p_base``/``q_base`` (R,) element offsets); 0 where not ``ok`` and p = 0 where the row's
-    mask does not allow the id."""
-    p_ok = ok
-    if HAS_MASK:
-        p_ok = ok & token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols, ok, mask_width)
+    rows (``p_base``/``q_base`` (R,) element offsets); q is 0 where not ``ok``, p where not
+    ``p_ok`` (``ok`` and allowed by the row's mask: ``_tile_p_ok``, or token_allowed)."""
     cols = cols.to(tl.int64)
     p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols * stride_pv, mask=p_ok, other=0.0))
     q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols * stride_qv, mask=ok, other=0.0))
     return _quantize(p), _quantize(q)
+
+
+@triton.jit
+def _tile_p_ok(ok, mask_ptr, mask_base, constrained, first_col, mask_width, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr):
+    """``ok`` (R, TILE_V) of the tile at ``first_col`` and, HAS_MASK, allowed by each row's mask
+    (its words loaded once a tile: masks.rows_tile_allowed)."""
+    if HAS_MASK:
+        ok = ok & rows_tile_allowed(mask_ptr, mask_base, constrained, first_col, mask_width, TILE_V)
+    return ok
 
 
 @triton.jit
@@ -141,8 +146,8 @@ def _row_totals(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok,
     for t in range(0, tl.cdiv(vocab, TILE_V)):
         cols = t * TILE_V + tl.arange(0, TILE_V)
         ok = rows_ok[:, None] & (cols[None, :] < vocab)
-        p_int, q_int = _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols[None, :], ok, mask_ptr, mask_base,
-                                       constrained, mask_width, HAS_MASK)
+        p_ok = _tile_p_ok(ok, mask_ptr, mask_base, constrained, t * TILE_V, mask_width, TILE_V, HAS_MASK)
+        p_int, q_int = _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols[None, :], ok, p_ok)
         total_r += tl.sum(_residual(p_int, q_int, divisors, reciprocals, rejections, lanes, max_rejections, FMA_DIVIDE), axis=1)
         total_p += tl.sum(p_int, axis=1)
     return total_r, total_p
@@ -162,8 +167,8 @@ def _inverse_cdf(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok
     for t in range(0, tl.cdiv(vocab, TILE_V)):
         cols = t * TILE_V + tl.arange(0, TILE_V)
         ok = rows_ok[:, None] & (cols[None, :] < vocab)
-        p_int, q_int = _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols[None, :], ok, mask_ptr, mask_base,
-                                       constrained, mask_width, HAS_MASK)
+        p_ok = _tile_p_ok(ok, mask_ptr, mask_base, constrained, t * TILE_V, mask_width, TILE_V, HAS_MASK)
+        p_int, q_int = _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols[None, :], ok, p_ok)
         r = _residual(p_int, q_int, divisors, reciprocals, rejections, lanes, max_rejections, FMA_DIVIDE)
         index += tl.sum(tl.where(tl.cumsum(r, axis=1) + running[:, None] <= threshold[:, None], 1, 0), axis=1)
         running += tl.sum(r, axis=1)
@@ -221,8 +226,11 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
             mass, _ = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, scanning, divisors, reciprocals,
                                   rejections, lanes, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK,
                                   FMA_DIVIDE)
-            p_x, q_x = _quantized_rows(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, token[:, None], in_vocab[:, None],
-                                       mask_ptr, mask_base, constrained, mask_width, HAS_MASK)
+            token_ok = in_vocab[:, None]
+            p_x_ok = token_ok
+            if HAS_MASK:
+                p_x_ok = token_ok & token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], token[:, None], token_ok, mask_width)
+            p_x, q_x = _quantized_rows(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, token[:, None], token_ok, p_x_ok)
             r_x = tl.sum(_residual(p_x, q_x, divisors, reciprocals, rejections, lanes, tl.max(tl.where(in_vocab, rejections, 0), axis=0),
                                    FMA_DIVIDE), axis=1)
             coin = _sanitize_coins(tl.load(coins_ptr + block_base + cur, mask=scanning, other=0.0)).to(tl.float64)
@@ -297,7 +305,7 @@ IDS_PER_THREAD = 16
 
 def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> TreeSamplingLaunch:
     """One request per program on a GPU. NVIDIA: ``IDS_PER_THREAD`` ids a thread in each tile, 256
-    threads on sm_90 and newer (under an explicit register cap: 255) and 128 on sm_8x. AMD: 256
+    threads on sm_90 and newer and 128 on sm_8x, under an explicit register cap (255). AMD: 256
     threads (4 wave64 warps), one id a thread.
 
     The widths are the fastest spill-free ones of the offline compile matrix. On sm_90, 512
@@ -305,9 +313,10 @@ def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) 
     among them) at their 128-register cap with Triton 3.9, and 256 threads of 32 ids frames in 6
     of 14 specs at 255; 256 of 16 compile at 168-216 registers, clean with 3.9 and 3.6. Without an
     explicit cap Triton 3.6 chose too few registers for wide launches (32-64, with 24-56 B frames,
-    fourteenth session). On sm_80 wider than 128 threads left 8-16 B frames, and 128 of 16 ids
-    compile clean (not timed: no Ampere GPU here). On gfx942 tiles of 1024 or 4096 ids spilled in
-    6-11 of 14 specs. The interpreter batches requests so that a tile holds at most 2^17 elements,
+    fourteenth session). On sm_80 wider than 128 threads left 8-16 B frames; 128 of 16 ids
+    compile clean under the cap (without one, ptxas stopped at 168 registers and kept a 24 B frame
+    in the masked variants once their mask words came a tile at a time; not timed: no Ampere GPU
+    here). On gfx942 tiles of 1024 or 4096 ids spilled in 6-11 of 14 specs. The interpreter batches requests so that a tile holds at most 2^17 elements,
     and reads a row in at least 2 tiles (the running sums across tiles are what the conformance
     suite checks there)."""
     if target.vendor == "interpreter":
@@ -316,9 +325,7 @@ def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) 
         return TreeSamplingLaunch(requests=requests, warps=1, tile_v=tile_v)
     if target.vendor != "nvidia":
         return TreeSamplingLaunch(requests=1, warps=target.warps(256), tile_v=256)
-    if target.ampere_or_ada:
-        return TreeSamplingLaunch(requests=1, warps=target.warps(128), tile_v=128 * IDS_PER_THREAD)
-    threads = 256
+    threads = 128 if target.ampere_or_ada else 256
     return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads * IDS_PER_THREAD,
                               options=(("maxnreg", min(MAX_THREAD_REGISTERS, SM_REGISTERS // threads)),))
 
