@@ -80,7 +80,7 @@ def rows_tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.c
     rows (``first_col`` a multiple of 32 (a scalar); BLOCK a power of two; ``base``,
     ``constrained``: (R,)), as (R, BLOCK): ``tile_words`` + ``words_allowed``, the tile's BLOCK /
     32 words of a row in one contiguous load (a word load per id, as token_allowed does, cost
-    1.4x the unmasked time in the sampling walks and 1.4-1.7x in verify_tree_sampling on the
+    1.4x the unmasked time in the sampling walks and 1.5-2.0x in verify_tree_sampling on the
     H100). Narrower than one word (the interpreter's tiles of tiny vocabularies): token_allowed."""
     if BLOCK < 32:
         cols = first_col + tl.arange(0, BLOCK)[None, :]
