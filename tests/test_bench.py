@@ -64,7 +64,8 @@ def test_masks_suite_covers_masked_verification_and_ragged_chains(tmp_path):
     json_path = tmp_path / "masks.json"
     assert main(["bench", "--backend", "cpu", "--sizes", "quick", "--only", "masks", "--quiet", "--json", str(json_path)]) == 0
     masks, ragged = json.loads(json_path.read_text())["tables"]
-    assert {row["op"] for row in masks["rows"]} >= {"verify_greedy(logits)", "verify_sampling", "verify_chain(logits)", "draft_topk(k=4)"}
+    assert {row["op"] for row in masks["rows"]} >= {"verify_greedy(logits)", "verify_sampling", "verify_chain(logits)", "draft_topk(k=4)",
+                                                     "verify_chain_sampling", "verify_chain_sampling(draft_probs=None)", "verify_tree_sampling"}
     assert all(row["plain_us"] is not None and row["masked_us"] is not None for row in masks["rows"])
     assert {row["op"] for row in ragged["rows"]} == {"verify_chain_ragged (logits)", "verify_chain_sampling_ragged",
                                                      "verify_chain_sampling_ragged (draft_probs=None)"}

@@ -1,7 +1,8 @@
 """Benchmark of vocabulary masks and ragged chains (docs/structured-output.md).
 
 1. Masked vs unmasked verification at the same shapes: verify_greedy over logits,
-   verify_sampling, verify_chain (logits), draft_topk; every row constrained (a dense
+   verify_sampling, verify_chain (logits), verify_chain_sampling (with draft probabilities and
+   one-hot), verify_tree_sampling, draft_topk; every row constrained (a dense
    ``token_bitmask``, the worst case) and half the rows through ``bitmask_index`` (-1 for the
    rest). Goal (issue 14): masked costs at most 10% more than unmasked at bs >= 64. Also
    ``apply_token_bitmask_`` against a copy of the logits.
@@ -58,10 +59,19 @@ def _masked_rows(ctx, table, sizes):
                 generator = torch.Generator(device=device).manual_seed(1)
                 coins = torch.rand(bs, nodes, device=device, generator=generator)
                 final_coins = torch.rand(bs, device=device, generator=generator)
+                # draft rows: the chain's (bs, N - 1, V) are the first N - 1 of the tree's (bs, N, V)
+                draft_probs = torch.softmax(3 * torch.randn(bs, nodes, vocab, device=device, generator=generator), dim=2)
+                drafts, chain_coins = candidates[:, 1:].contiguous(), coins[:, 1:].contiguous()
                 cases = {
                     "verify_greedy(logits)": lambda **m: backend.verify_greedy(tree, candidates, logits, **m),
                     "verify_sampling": lambda **m: backend.verify_sampling(tree, candidates, probs, coins, final_coins, **m),
                     "verify_chain(logits)": lambda **m: backend.verify_chain(candidates, logits, **m),
+                    "verify_chain_sampling": lambda **m: backend.verify_chain_sampling(drafts, draft_probs[:, 1:], probs, chain_coins,
+                                                                                       final_coins, **m),
+                    "verify_chain_sampling(draft_probs=None)": lambda **m: backend.verify_chain_sampling(drafts, None, probs, chain_coins,
+                                                                                                         final_coins, **m),
+                    "verify_tree_sampling": lambda **m: backend.verify_tree_sampling(tree, candidates, draft_probs, probs, coins,
+                                                                                     final_coins, **m),
                     "draft_topk(k=4)": lambda **m: backend.draft_topk(logits, 4, **m),
                 }
                 for name, call in cases.items():
@@ -76,7 +86,7 @@ def _masked_rows(ctx, table, sizes):
                 half = harness.device_time_s(lambda: backend.apply_token_bitmask_(scratch, mask, bitmask_index=index), device, **ctx.timing)
                 table.add(op="apply_token_bitmask_ (vs a logits copy)", bs=bs, nodes=nodes, vocab=vocab, plain_us=us(copy),
                           masked_us=us(masked), masked_ratio=ratio(masked, copy), half_us=us(half), half_ratio=ratio(half, copy))
-                del logits, probs, scratch
+                del logits, probs, scratch, draft_probs
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
 
