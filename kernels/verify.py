@@ -98,10 +98,7 @@ def _record_walk_values(flag_ptr, flag_code, next_token_ptr, next_sibling_ptr, c
 
 @triton.jit
 def _sanitize_probs(p):
-    """p clamped to [0, 1], NaN as 0 (spec_hal.verify.sanitize_probs; -0.0 may stay -0.0, which
-    compares and quantises as 0). Written as a clamp, which ptxas lowers to one saturating add an
-    id; the reference's two selects compiled to three instructions (a compare, a min, a select)."""
-    return tl.minimum(tl.maximum(p, 0.0), 1.0)
+    return tl.where(p > 0, tl.where(p < 1, p, 1.0), 0.0)
 
 
 @triton.jit
@@ -756,14 +753,11 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
                               tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True)
     sub = 128
     programs = SAMPLING_PROGRAMS_PER_SM.get(target.vendor, 2) * target.multiprocessors
-    # Tiles of 2048 ids (16 fp32 a thread on NVIDIA, 8 a lane on AMD). sm_90 and newer read one
-    # tile ahead: with Triton 3.6 that keeps an 8-24 B local frame on sm_90 (128 registers; clean
-    # with 3.9), yet measured faster on the H100 than 1024-id tiles read ahead without one (bs 64,
-    # N 8, V 151936: 23.4 vs 29.6 us unmasked, 29.9 vs 38.7 masked). AMD does not read ahead: it
-    # cost SGPR spills on gfx942 with Triton 3.6, and no AMD GPU here can show a gain. Nor does
-    # sm_8x: since the clamp-form _sanitize_probs the masked one-hot chain walk read ahead kept a
-    # 16 B frame at the 128 registers ptxas chose on sm_80 (Triton 3.9), and no Ampere GPU here can
-    # show a gain either.
+    # Tiles of 2048 ids (16 fp32 a thread on NVIDIA, 8 a lane on AMD). NVIDIA reads one tile ahead:
+    # with Triton 3.6 that keeps an 8-24 B local frame on sm_90 (128 registers; clean with 3.9),
+    # yet measured faster on the H100 than 1024-id tiles read ahead without one (bs 64, N 8,
+    # V 151936: 23.4 vs 29.6 us unmasked, 29.9 vs 38.7 masked). AMD does not read ahead: it cost
+    # SGPR spills on gfx942 with Triton 3.6, and no AMD GPU here can show a gain.
     nvidia = target.vendor == "nvidia"
     tile_v = min(2048, max(next_power_of_2(max(vocab, 1)), sub))
     num_tiles = cdiv(max(vocab, 1), tile_v)
@@ -772,7 +766,7 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
         chunks = max(1, min(chunks, SAMPLING_RESIDENT_PER_SM[target.vendor] * target.multiprocessors // max(bs, 1)))
     threads = 128 if nvidia else 256  # AMD: 16 strided loads a thread spill at 128
     return SamplingLaunch(requests=1, warps=target.warps(threads), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                          tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia and not target.ampere_or_ada)
+                          tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia)
 
 
 # ----------------------------------------------------------------------------------------------

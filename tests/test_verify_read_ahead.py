@@ -1,5 +1,5 @@
 """The sampling walks' vocabulary pass with and without its one-tile read-ahead
-(``SamplingLaunch.read_ahead``: sm_90 and newer read ahead, sm_8x and AMD do not), over several tiles per program.
+(``SamplingLaunch.read_ahead``: NVIDIA reads ahead, AMD does not), over several tiles per program.
 
 The interpreter's own launch config gives every program one tile (two chunks of one tile each),
 so the conformance suite never carries a tile from one loop iteration to the next there. This test
