@@ -59,7 +59,7 @@ def _masked_rows(ctx, table, sizes):
                 generator = torch.Generator(device=device).manual_seed(1)
                 coins = torch.rand(bs, nodes, device=device, generator=generator)
                 final_coins = torch.rand(bs, device=device, generator=generator)
-                # draft rows: the chain's (bs, N - 1, V) are the first N - 1 of the tree's (bs, N, V)
+                # draft rows: the chain's (bs, N - 1, V) are the last N - 1 of the tree's (bs, N, V)
                 draft_probs = torch.softmax(3 * torch.randn(bs, nodes, vocab, device=device, generator=generator), dim=2)
                 drafts, chain_coins = candidates[:, 1:].contiguous(), coins[:, 1:].contiguous()
                 cases = {
