@@ -6,9 +6,9 @@
   program over a whole row. Passes over the vocabulary: max/argmax (and the raw log-sum-exp when
   logprobs are asked for); when the row has top_p < 1 or 0 < top_k < V, the total weight and a
   16-step bitwise search over levels that finds the top-p and the top-k cut levels in the same
-  passes, one pass counting the ties at the top-k level and, only when the cut splits them, a
-  ceil(log2 V)-step search for the last tied id kept; the kept total (about 21 passes with both
-  masks). Every quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or
+  passes, one pass counting the ties at the top-k level tile by tile and, only when the cut splits
+  them, one re-read tile where the last tied id kept is found in registers (``_tied_id``); the kept
+  total (about 20 passes with both masks). Every quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or
   a single correctly rounded float operation, so the result is bit-identical to the reference.
 * ``_hash_coins_kernel``: the counter-based coins (``hash(seed, offset, position, purpose)``),
   int64 arithmetic emulating uint32 exactly as the reference does (chains with draft_probs).
@@ -98,12 +98,13 @@ def _hash_coin(seed, offset, position, purpose):
 
 
 @triton.jit
-def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
+def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
                     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
     top-p level cut, kept total W'). Passes over a row: one for max/argmax(/lse); with top-p on,
-    one for the total weight; with top-p or top-k on, the 16-step level search, one tie count and
-    (only when the top-k cut splits a tie) the id search; one for the kept total."""
+    one for the total weight; with top-p or top-k on, the 16-step level search and one tie count
+    (and, when the top-k cut splits a tie, one tile read again: ``_tied_id``); one for the kept
+    total."""
     num_blocks = tl.cdiv(vocab, BLOCK_V)
     # Every row pass reads a tile ahead through sampling_rows' chunk helpers, the whole row as
     # chunk 0 (H100, the fused walk forced: 0.84-0.86x of its time with top-k and top-p at
@@ -172,31 +173,29 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, id_bits,
             active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
         level_cut = tl.where(use_top_p, cut_p, level_cut)
         # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k; a stopped
-        # top-k search keeps every level up to its prefix (above cut_p: no tie to split).
+        # top-k search keeps every level up to its prefix (above cut_p: no tie to split). One pass
+        # counts the ties tile by tile and notes the tile holding the (k - below_k)-th (in id
+        # order); when the cut splits the ties, that one tile is read again and the id found by a
+        # bitwise search over its positions in registers. A search over the row's ids took
+        # ceil(log2 V) passes (18 at V 151936), and with bf16 logits the k-th level is usually tied.
         need = top_k - below_k
-        tied_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
+        tied = tl.zeros([BLOCK_R], dtype=tl.int64)
+        crossing_tile = tl.zeros([BLOCK_R], dtype=tl.int32)
+        rank = tl.zeros([BLOCK_R], dtype=tl.int64)  # of the last kept tie among its tile's ties
         if tl.max(active_k.to(tl.int32), axis=0) > 0:
             ahead = _raw_tile(logits_ptr, row_offsets, active_k, 0, row_len, 0, vocab, stride_col, BLOCK_V)
             for k in range(num_blocks):
                 cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, active_k, 0, row_len, k, vocab, stride_col, BLOCK_V)
-                tied_lanes += tl.where(ok & (_levels(x, row_max, scale) == cut_k[:, None]), 1, 0)
-        tied = tl.sum(tied_lanes, axis=1).to(tl.int64)
-        id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
+                in_tile = tl.sum((ok & (_levels(x, row_max, scale) == cut_k[:, None])).to(tl.int32), axis=1).to(tl.int64)
+                crosses = (tied < need) & (need <= tied + in_tile)
+                crossing_tile = tl.where(crosses, k, crossing_tile)
+                rank = tl.where(crosses, need - tied, rank)
+                tied += in_tile
         split_tie = active_k & (tied > need)
+        id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
         if tl.max(split_tie.to(tl.int32), axis=0) > 0:
-            # The largest id I with count(level == cut_k and id < I) < need: the need-th tied id.
-            found = tl.zeros([BLOCK_R], dtype=tl.int64)
-            for step in range(id_bits):
-                candidate = found | (tl.full([BLOCK_R], 1, dtype=tl.int64) << (id_bits - 1 - step))
-                count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
-                ahead = _raw_tile(logits_ptr, row_offsets, split_tie, 0, row_len, 0, vocab, stride_col, BLOCK_V)
-                for k in range(num_blocks):
-                    cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, split_tie, 0, row_len, k, vocab, stride_col, BLOCK_V)
-                    hit = ok & (_levels(x, row_max, scale) == cut_k[:, None]) & (cols[None, :].to(tl.int64) < candidate[:, None])
-                    count_lanes += tl.where(hit, 1, 0)
-                count = tl.sum(count_lanes, axis=1).to(tl.int64)
-                found = tl.where(count < need, candidate, found)
-            id_cut = tl.where(split_tie, found, id_cut)
+            id_cut = tl.where(split_tie, _tied_id(logits_ptr, row_offsets, split_tie, crossing_tile, rank, cut_k, row_max, scale, vocab,
+                                                 stride_col, BLOCK_R, BLOCK_V), id_cut)
         key_cut = tl.where(use_top_k, cut_k * ID_SCALE + id_cut, key_cut)
 
     # The kept total W'.
@@ -234,7 +233,27 @@ def _gather_logits(logits_ptr, row_offsets, ids, ok, stride_col):
 
 
 @triton.jit
-def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table_ptr,
+def _tied_id(logits_ptr, row_offsets, rows_ok, tile, rank, cut_k, row_max, scale, vocab, stride_col, BLOCK_R: tl.constexpr,
+             BLOCK_V: tl.constexpr):
+    """The id of the ``rank``-th (1-based, in id order) token at level ``cut_k`` within tile
+    ``tile`` of (R,) rows (int64): one gathered tile, then a bitwise search over its positions
+    for the largest P with count(tied positions < P) < rank, each step a sum in registers."""
+    lanes = tl.arange(0, BLOCK_V)
+    cols = tile[:, None] * BLOCK_V + lanes[None, :]
+    ok = rows_ok[:, None] & (cols < vocab)
+    at_cut = ok & (_levels(_gather_logits(logits_ptr, row_offsets, cols, ok, stride_col), row_max, scale) == cut_k[:, None])
+    position = tl.zeros([BLOCK_R], dtype=tl.int32)
+    bit = BLOCK_V // 2
+    while bit > 0:
+        candidate = position | bit
+        count = tl.sum((at_cut & (lanes[None, :] < candidate[:, None])).to(tl.int32), axis=1)
+        position = tl.where(count < rank, candidate, position)
+        bit = bit // 2
+    return (tile * BLOCK_V + position).to(tl.int64)
+
+
+@triton.jit
+def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
                        temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
                        tensor_params, next_token_ptr, next_sibling_ptr, cand_ptr, coins_ptr, final_coins_ptr, seed_ptr, offset_ptr,
                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, logprob_ptr, bs, nodes, num_steps,
@@ -284,7 +303,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, id_bits, table
         node = block_base + last
         row_offsets = node * stride_row
         new_max, new_arg, new_lse, new_key, new_level, new_total = _row_statistics(
-            logits_ptr, row_offsets, standing, vocab, stride_col, id_bits, greedy, scale, top_k, top_p, min_weight, table_ptr,
+            logits_ptr, row_offsets, standing, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
             BLOCK_R, BLOCK_V, LOGPROBS == 1)
         row_max = tl.where(standing, new_max, row_max)
         argmax = tl.where(standing, new_arg, argmax)
@@ -566,7 +585,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
     num_blocks = cdiv(vocab, config.block_v)
     logprobs_mode = 0 if logprobs is None else semantics.LOGPROB_MODES.index(logprobs) + 1
     _fused_walk_kernel[(cdiv(bs, config.requests),)](
-        logits, logits.stride(0), logits.stride(1), vocab, max(1, (vocab - 1).bit_length()), table,
+        logits, logits.stride(0), logits.stride(1), vocab, table,
         *params,
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), accept, final,
         seed.contiguous() if hashed else table, offset.contiguous() if hashed else table,
@@ -666,7 +685,7 @@ def compile_specs(target: KernelTarget):
     """Every (kernel, signature, constexprs, num_warps[, attrs]) the host functions launch."""
     specs = []
     fused_signature = {
-        "stride_row": "i64", "stride_col": "i64", "vocab": "i32", "id_bits": "i32", "table_ptr": "*i64",
+        "stride_row": "i64", "stride_col": "i64", "vocab": "i32", "table_ptr": "*i64",
         "temperature_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "temperature_value": "fp32",
         "top_k_value": "i32", "top_p_value": "fp32", "min_p_value": "fp32", "tensor_params": "i32",
         "next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
@@ -688,8 +707,7 @@ def compile_specs(target: KernelTarget):
             options = fused_options(target, config, logprobs, _pow2(nodes))
             specs.append((_fused_walk_kernel, signature, constexprs, config.warps, {}, options))
             specs.append(runtime_specialized(target, _fused_walk_kernel, signature, constexprs, config.warps,
-                                             values={"stride_row": vocab, "stride_col": 1, "vocab": vocab,
-                                                     "id_bits": max(1, (vocab - 1).bit_length()), "top_k_value": 50, "tensor_params": 15,
+                                             values={"stride_row": vocab, "stride_col": 1, "vocab": vocab, "top_k_value": 50, "tensor_params": 15,
                                                      "bs": bs, "nodes": nodes, "num_steps": steps,
                                                      "flag_code": _TREE_IDS_CODE, "chain_shift": 0}) + (options,))
     coin_signature = {"seed_ptr": "*i64", "offset_ptr": "*i64", "coins_ptr": "*fp32", "final_ptr": "*fp32", "bs": "i32", "width": "i32",

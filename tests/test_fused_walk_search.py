@@ -1,0 +1,97 @@
+"""The fused walk's cut searches (kernels/sampling.py: ``_row_statistics``: the level search, the
+tie pass and ``_tied_id``), under the interpreter with rows of several tiles.
+
+The interpreter's own launch reads a row of up to 4096 ids as one tile, so the conformance suite
+never carries the tie pass's running count of tied ids from one tile to the next, nor finds a
+split tie in a tile other than the first. This test launches the fused walk with 16- and 32-id
+tiles (5-10 a row) on rows chosen to make the searches matter: heavy ties whose top-k cut falls
+in a middle tile, logits about 5 levels apart (every bit of the level search decides the cut),
+every token tied, NaN and +inf, an all -inf row, the
+finite values only in the last tile, a greedy row, per-request parameter tensors, each mask alone
+and both together (the searches that stop once one cut lies wholly above the other).
+
+Each request is one row with no drafts, so its verdict is the final token sampled from the
+processed distribution by its coin; 64 coins spread over [0, 1) per row make the emitted tokens
+trace the whole kept set and its cumulative sums. Tokens must equal the cpu reference's bit for
+bit and the processed logprobs (log of the kept weight over the kept total) agree within 1e-5, so
+a kept set off by even a light token fails. A chain of 3 drafts per row, seeded, checks the
+accept tests on the same rows. A crossing-tile test off by one (``need < tied + in_tile``) fails
+here (checked by mutation, 2026-11-28). Runs in a fresh process: TRITON_INTERPRET must be set
+before kernels are defined.
+"""
+import textwrap
+
+from interpreter_probe import run_interpreter_probe
+
+PROBE = textwrap.dedent("""
+    import json, torch
+    import spec_hal
+    import spec_hal.kernels.sampling as sampling_kernels
+
+    reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
+    generator = torch.Generator().manual_seed(5)
+    rows, vocab, coins_per_row = 10, 150, 64
+    x = torch.randn(rows, vocab, generator=generator) * 3
+    x[1] = torch.randint(0, 3, (vocab,), generator=generator).float()   # heavy ties at every level
+    x[2, ::7] = float("nan")
+    x[2, 100] = float("inf")
+    x[3] = float("-inf")
+    x[4] = (torch.arange(vocab) % 2).float()                            # 75 tied at the top
+    x[5] = 0.0                                                          # every token tied
+    x[6, :140] = float("-inf")                                          # the finite values in the last tile
+    x[8] = torch.arange(vocab).float() * 0.01
+    x[9] = -torch.arange(vocab).float() * (5 / 1477.3)                  # ~5 levels apart: every digit decides
+    def per_row(values):
+        return torch.tensor(values).repeat_interleave(coins_per_row)
+    cases = {
+        "per-request tensors": dict(temperature=per_row([0.8, 1.0, 0.5, 1.0, 2.0, 1.0, 0.7, 0.0, 1.3, 0.9]),
+                                    top_k=per_row([5, 7, 0, 3, 100, 60, 4, 3, 149, 0]),
+                                    top_p=per_row([0.9, 1.0, 0.5, 0.9, 1.0, 0.3, 1.0, 0.9, 0.99, 0.7]),
+                                    min_p=per_row([0.0, 0.0, 0.1, 0.0, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0])),
+        "top-k only": dict(temperature=0.9, top_k=6),
+        "top-k splitting the 75 ties": dict(temperature=1.0, top_k=40),
+        "top-k deep": dict(temperature=1.0, top_k=97),
+        "top-p only": dict(temperature=0.9, top_p=0.8),
+        "top-p tight": dict(temperature=1.5, top_p=0.05),
+        "both masks": dict(temperature=0.8, top_k=8, top_p=0.9),
+        "both masks, top-p binding": dict(temperature=1.2, top_k=120, top_p=0.4),
+        "min-p only": dict(temperature=1.0, min_p=0.2),
+    }
+    bs = rows * coins_per_row
+    logits = x.repeat_interleave(coins_per_row, dim=0)
+    final_coins = ((torch.arange(coins_per_row) + 0.5) / coins_per_row).repeat(rows)
+    no_drafts = torch.zeros(bs, 0, dtype=torch.int64)
+    drafts = torch.randint(0, vocab, (rows, 3), generator=generator)
+    drafts[:, 0] = torch.nan_to_num(x, nan=-1e30).argmax(dim=1)        # a draft that is usually kept
+    chain_logits = x.repeat_interleave(4, dim=0).reshape(rows, 4, vocab).reshape(rows * 4, vocab)
+    seed, offset = torch.arange(rows) + 11, torch.zeros(rows, dtype=torch.int64)
+    results = {}
+    original_launch = sampling_kernels.fused_launch
+    for block_v in (16, 32):
+        def launch(target, bs, nodes, vocab, block_v=block_v):
+            config = original_launch(target, bs, nodes, vocab)
+            return sampling_kernels.FusedLaunch(config.requests, block_v, 16, config.warps)
+        sampling_kernels.fused_launch = launch
+        for name, params in cases.items():
+            for dtype in (torch.float32, torch.bfloat16):
+                args = dict(params, coins=torch.zeros(bs, 0), final_coins=final_coins, logprobs="processed")
+                want = reference.verify_chain_sampling_from_logits(no_drafts, None, logits.to(dtype), **args)
+                got = kernels.verify_chain_sampling_from_logits(no_drafts, None, logits.to(dtype), **args)
+                results[f"block_v={block_v} {name} {dtype} final"] = bool(
+                    torch.equal(want.verdict.predict, got.verdict.predict)
+                    and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
+            chain_params = {key: (value[::coins_per_row] if torch.is_tensor(value) else value) for key, value in params.items()}
+            args = dict(chain_params, seed=seed, offset=offset, logprobs="processed")
+            want = reference.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
+            got = kernels.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
+            same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
+            results[f"block_v={block_v} {name} chain"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
+                                                                                     equal_nan=True))
+    print(json.dumps(results))
+""")
+
+
+def test_fused_walk_searches_match_the_reference():
+    results = run_interpreter_probe(PROBE, timeout=900)
+    assert len(results) == 2 * 9 * 3
+    assert all(results.values()), {case: same for case, same in results.items() if not same}
