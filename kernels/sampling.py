@@ -4,11 +4,13 @@
   walked): kernels/sampling_rows.py, split along the vocabulary across programs.
 * ``_row_statistics`` (a device function of the fused walk): the same statistics computed by one
   program over a whole row. Passes over the vocabulary: max/argmax (and the raw log-sum-exp when
-  logprobs are asked for); when the row has top_p < 1 or 0 < top_k < V, the total weight and a
-  16-step bitwise search over levels that finds the top-p and the top-k cut levels in the same
-  passes, one pass counting the ties at the top-k level tile by tile and, only when the cut splits
-  them, one re-read tile where the last tied id kept is found in registers (``_tied_id``); the kept
-  total (about 20 passes with both masks). Every quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or
+  logprobs are asked for); when the row has top_p < 1 or 0 < top_k < V, the total weight (top-p)
+  and a search over the 16 bits of the levels that finds the top-p and the top-k cut levels in the
+  same passes, one bit a pass while a top-p search is left and two bits a pass (counts only,
+  ``_count_digit``) once only top-k's is; one pass counting the ties at the top-k level tile by
+  tile and, only when the cut splits them, one re-read tile where the last tied id kept is found
+  in registers (``_tied_id``); the kept total (up to 20 passes with both masks, 11 with top-k
+  alone). Every quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or
   a single correctly rounded float operation, so the result is bit-identical to the reference.
 * ``_hash_coins_kernel``: the counter-based coins (``hash(seed, offset, position, purpose)``),
   int64 arithmetic emulating uint32 exactly as the reference does (chains with draft_probs).
@@ -45,6 +47,11 @@ from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coin
 
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
 REGISTER_FILE = 65536  # 32-bit registers an SM (sm_80 to sm_100)
+COUNT_FIELD_BITS = tl.constexpr(10)  # _count_digit's packed counts: one a tile a lane, at most COUNT_FIELD_TILES - 1
+COUNT_FIELD_TILES = tl.constexpr(1 << 10)
+COUNT_FIELD_2 = tl.constexpr(1 << 10)  # one count in the second field (bits 10-19)
+COUNT_FIELD_3 = tl.constexpr(1 << 20)  # one count in the third field (bits 20-29)
+COUNT_FIELD_3_SHIFT = tl.constexpr(20)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,13 +105,87 @@ def _hash_coin(seed, offset, position, purpose):
 
 
 @triton.jit
+def _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, decided, row_len, num_blocks, vocab,
+              stride_col, row_max, scale, table_ptr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """One pass of both cut searches: bit 15 - ``decided`` of cut_p (float64(mass of levels below
+    the candidate) < ``bound``) and of cut_k (count below it < k). Rows without a top-p search
+    left skip the weights (the table gather and the int64 sum). Returns (cut_p, cut_k, below_k)."""
+    bit = tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - decided)
+    candidate_p = cut_p | bit
+    candidate_k = cut_k | bit
+    searching = active_p | active_k
+    count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
+    mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+    ahead = _raw_tile(logits_ptr, row_offsets, searching, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    if tl.max(active_p.to(tl.int32), axis=0) > 0:
+        for k in range(num_blocks):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            level = _levels(x, row_max, scale)
+            mass_lanes += tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr, None), 0)
+            count_lanes += tl.where(ok & (level < candidate_k[:, None]), 1, 0)
+    else:
+        for k in range(num_blocks):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            count_lanes += tl.where(ok & (_levels(x, row_max, scale) < candidate_k[:, None]), 1, 0)
+    mass = tl.sum(mass_lanes, axis=1)
+    count = tl.sum(count_lanes, axis=1).to(tl.int64)
+    cut_p = tl.where(active_p & (candidate_p <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate_p, cut_p)
+    move_k = active_k & (candidate_k <= LEVEL_MAX) & (count < top_k)
+    return cut_p, tl.where(move_k, candidate_k, cut_k), tl.where(move_k, count, below_k)
+
+
+@triton.jit
+def _count_digit(logits_ptr, row_offsets, active_k, top_k, cut_k, below_k, shift, digit_bits, row_len, num_blocks, vocab, stride_col,
+                 row_max, scale, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """One pass of the top-k cut searches alone: the next ``digit_bits`` (1 or 2) bits of cut_k,
+    from the count of levels below each candidate cut_k + j * 2^shift (j = 1..3; only j = 1 with
+    one bit). The largest candidate that is <= LEVEL_MAX with count < k becomes the prefix (the
+    counts grow with the candidate, so those that qualify are j = 1..J). Returns (cut_k, below_k =
+    count(levels < cut_k))."""
+    # int32 levels and candidates (levels < 2^16): the int64 ones kept an 8 B local frame at the
+    # 128-register cap (sm_90, Triton 3.9, offline).
+    step = tl.full([BLOCK_R], 1, dtype=tl.int32) << shift
+    k1 = cut_k.to(tl.int32) + step
+    k2 = k1 + step
+    k3 = k2 + step
+    # A lane adds at most one a tile to each count, so with fewer than 1024 tiles a row
+    # (COUNT_FIELD_TILES; V up to 2M at the widest tiles) the three share one int32 lane in 10-bit
+    # fields; a one-bit pass counts below k1 alone, in the whole int32. Three int32 counts a lane
+    # kept 8-16 B local frames at the 128-register cap in 10 of the 120 NVIDIA specs, and two in
+    # one int32 with the third apart 8 B frames in 2 (sm_100) (Triton 3.9, offline).
+    new_k, new_below = cut_k, below_k
+    packed = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
+    ahead = _raw_tile(logits_ptr, row_offsets, active_k, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    two = digit_bits == 2
+    never = tl.zeros([BLOCK_R], dtype=tl.int32)  # no level is below 0
+    k2 = tl.where(two, k2, never)
+    k3 = tl.where(two, k3, never)
+    for k in range(num_blocks):
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, active_k, 0, row_len, k, vocab, stride_col, BLOCK_V)
+        level = _levels(x, row_max, scale, tl.int32)
+        packed += (tl.where(ok & (level < k1[:, None]), 1, 0) + tl.where(ok & (level < k2[:, None]), COUNT_FIELD_2, 0)
+                   + tl.where(ok & (level < k3[:, None]), COUNT_FIELD_3, 0))
+    first = tl.where(two, packed & (COUNT_FIELD_TILES - 1), packed)
+    count = tl.sum(first, axis=1).to(tl.int64)
+    take = active_k & (k1 <= LEVEL_MAX) & (count < top_k)
+    new_k, new_below = tl.where(take, k1.to(tl.int64), new_k), tl.where(take, count, new_below)
+    count = tl.sum((packed >> COUNT_FIELD_BITS) & (COUNT_FIELD_TILES - 1), axis=1).to(tl.int64)
+    take = two & active_k & (k2 <= LEVEL_MAX) & (count < top_k)
+    new_k, new_below = tl.where(take, k2.to(tl.int64), new_k), tl.where(take, count, new_below)
+    count = tl.sum((packed >> COUNT_FIELD_3_SHIFT) & (COUNT_FIELD_TILES - 1), axis=1).to(tl.int64)
+    take = two & active_k & (k3 <= LEVEL_MAX) & (count < top_k)
+    new_k, new_below = tl.where(take, k3.to(tl.int64), new_k), tl.where(take, count, new_below)
+    return new_k, new_below
+
+
+@triton.jit
 def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
-                    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
+                    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr, COUNT_BITS: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
     top-p level cut, kept total W'). Passes over a row: one for max/argmax(/lse); with top-p on,
-    one for the total weight; with top-p or top-k on, the 16-step level search and one tie count
-    (and, when the top-k cut splits a tie, one tile read again: ``_tied_id``); one for the kept
-    total."""
+    one for the total weight; with top-p or top-k on, the level search (16 passes with top-p, 8
+    with top-k alone) and one tie count (and, when the top-k cut splits a tie, one tile read
+    again: ``_tied_id``); one for the kept total."""
     num_blocks = tl.cdiv(vocab, BLOCK_V)
     # Every row pass reads a tile ahead through sampling_rows' chunk helpers, the whole row as
     # chunk 0 (H100, the fused walk forced: 0.84-0.86x of its time with top-k and top-p at
@@ -142,35 +223,34 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
         cut_k = tl.zeros([BLOCK_R], dtype=tl.int64)
         below_k = tl.zeros([BLOCK_R], dtype=tl.int64)  # count(levels < cut_k)
         # A search that _binding stops (the other cut lies wholly below its range) keeps its
-        # prefix; a pass without any top-p search left skips the weights (the table gather and
-        # the int64 sum).
+        # prefix. While a top-p search is left, a pass decides one bit of both cuts (the mass and
+        # the count below one candidate each); once only top-k searches are left, a pass decides
+        # two bits of cut_k from the counts below three candidates (_count_digit), no weights:
+        # the three counts share one int32 a lane.
         active_p, active_k = use_top_p, use_top_k
-        for step in range(LEVEL_SEARCH_BITS):
-            bit = tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - step)
-            candidate_p = cut_p | bit
-            candidate_k = cut_k | bit
-            searching = active_p | active_k
-            count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
-            mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
-            if tl.max(active_p.to(tl.int32), axis=0) > 0:
-                ahead = _raw_tile(logits_ptr, row_offsets, searching, 0, row_len, 0, vocab, stride_col, BLOCK_V)
-                for k in range(num_blocks):
-                    cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V)
-                    level = _levels(x, row_max, scale)
-                    mass_lanes += tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr, None), 0)
-                    count_lanes += tl.where(ok & (level < candidate_k[:, None]), 1, 0)
-            else:
-                ahead = _raw_tile(logits_ptr, row_offsets, searching, 0, row_len, 0, vocab, stride_col, BLOCK_V)
-                for k in range(num_blocks):
-                    cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V)
-                    count_lanes += tl.where(ok & (_levels(x, row_max, scale) < candidate_k[:, None]), 1, 0)
-            mass = tl.sum(mass_lanes, axis=1)
-            count = tl.sum(count_lanes, axis=1).to(tl.int64)
-            cut_p = tl.where(active_p & (candidate_p <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate_p, cut_p)
-            move_k = active_k & (candidate_k <= LEVEL_MAX) & (count < top_k)
-            below_k = tl.where(move_k, count, below_k)
-            cut_k = tl.where(move_k, candidate_k, cut_k)
-            active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
+        if COUNT_BITS == 2:
+            decided = 0  # top bits of the cuts decided so far
+            while decided < LEVEL_SEARCH_BITS:
+                if tl.max(active_p.to(tl.int32), axis=0) > 0:
+                    cut_p, cut_k, below_k = _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, decided,
+                                                      row_len, num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V)
+                    decided += 1
+                else:
+                    # Two bits while two are left (16 - decided is odd after an odd number of
+                    # one-bit passes) and the packed counts hold a row's tiles (_count_digit).
+                    digit_bits = 1
+                    if (LEVEL_SEARCH_BITS - decided >= 2) & (num_blocks < COUNT_FIELD_TILES):
+                        digit_bits = 2
+                    cut_k, below_k = _count_digit(logits_ptr, row_offsets, active_k, top_k, cut_k, below_k,
+                                                  LEVEL_SEARCH_BITS - decided - digit_bits, digit_bits, row_len, num_blocks, vocab, stride_col,
+                                                  row_max, scale, BLOCK_R, BLOCK_V)
+                    decided += digit_bits
+                active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
+        else:  # one bit a pass throughout (fused_count_bits)
+            for step in range(LEVEL_SEARCH_BITS):
+                cut_p, cut_k, below_k = _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, step,
+                                                  row_len, num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V)
+                active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
         level_cut = tl.where(use_top_p, cut_p, level_cut)
         # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k; a stopped
         # top-k search keeps every level up to its prefix (above cut_p: no tie to split). One pass
@@ -259,10 +339,11 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, logprob_ptr, bs, nodes, num_steps,
                        flag_ptr, flag_code, chain_shift,
                        BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, NB_PAD: tl.constexpr,
-                       PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr):
+                       PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr, COUNT_BITS: tl.constexpr):
     """The from-logits tree walk: each request processes only the rows it stands on (the path
     nodes), at the moment it stands there, then samples its final token from the last one.
-    LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1))."""
+    LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1)). COUNT_BITS:
+    bits a pass of the top-k cut search once no top-p search is left (fused_count_bits)."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     greedy, scale, top_k, top_p, min_weight = _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value,
@@ -304,7 +385,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
         row_offsets = node * stride_row
         new_max, new_arg, new_lse, new_key, new_level, new_total = _row_statistics(
             logits_ptr, row_offsets, standing, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
-            BLOCK_R, BLOCK_V, LOGPROBS == 1)
+            BLOCK_R, BLOCK_V, LOGPROBS == 1, COUNT_BITS)
         row_max = tl.where(standing, new_max, row_max)
         argmax = tl.where(standing, new_arg, argmax)
         if LOGPROBS == 1:
@@ -478,6 +559,15 @@ def fused_options(target: KernelTarget, config: FusedLaunch, logprobs_mode: int,
     return {"maxnreg": min(cap, REGISTER_FILE // (config.warps * 32))}
 
 
+def fused_count_bits(target: KernelTarget, logprobs_mode: int, n_pad: int) -> int:
+    """Bits a pass of the fused walk's top-k cut search once no top-p search is left (the kernel's
+    COUNT_BITS): 2 (_count_digit's packed counts), except in the launches where that kept a local
+    frame at the 128-register cap: raw or processed logprobs at 16 or more lanes on sm_100 (8 B,
+    Triton 3.9, offline; frame-free there with one bit a pass; not timed: no Blackwell GPU here)."""
+    blackwell = target.vendor == "nvidia" and (target.arch or "").startswith("sm_10")
+    return 1 if blackwell and logprobs_mode >= 1 and n_pad >= 16 else 2
+
+
 def _pow2(count: int) -> int:
     return max(next_power_of_2(max(count, 1)), 2)
 
@@ -592,7 +682,8 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, float_placeholder, bs, nodes, tree.num_steps,
         error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain),
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
-        PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode, num_warps=config.warps,
+        PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode, COUNT_BITS=fused_count_bits(target, logprobs_mode, _pow2(nodes)),
+        num_warps=config.warps,
         **fused_options(target, config, logprobs_mode, _pow2(nodes)),
     )
     return out, values
@@ -692,7 +783,7 @@ def compile_specs(target: KernelTarget):
         "seed_ptr": "*i64", "offset_ptr": "*i64", "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32",
         "accept_lens_ptr": "*i32", "logprob_ptr": "*fp32", "bs": "i32", "nodes": "i32", "num_steps": "i32",
         "flag_ptr": "*i64", "flag_code": "i64", "chain_shift": "i32",
-        **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS")}}
+        **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS", "COUNT_BITS")}}
     for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
         config = fused_launch(target, bs, nodes, vocab)
         shape_constexprs = {"BLOCK_R": config.requests, "BLOCK_V": config.block_v, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1),
@@ -703,7 +794,8 @@ def compile_specs(target: KernelTarget):
             variants = [("fp32", True, 2)]
         for logit_type, hashed, logprobs in variants:
             signature = {"logits_ptr": f"*{logit_type}", **fused_signature}
-            constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs}
+            constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs,
+                          "COUNT_BITS": fused_count_bits(target, logprobs, _pow2(nodes))}
             options = fused_options(target, config, logprobs, _pow2(nodes))
             specs.append((_fused_walk_kernel, signature, constexprs, config.warps, {}, options))
             specs.append(runtime_specialized(target, _fused_walk_kernel, signature, constexprs, config.warps,

@@ -98,13 +98,14 @@ def _online_max(x, cols, ok, run_max, argmax, sum_exp, WANT_LSE: tl.constexpr):
 
 
 @triton.jit
-def _levels(x, row_max, scale):
-    """Step 3 levels (int64): 0 at the max, floor(min((m - x) * c, LEVEL_MAX)) elsewhere."""
+def _levels(x, row_max, scale, DTYPE: tl.constexpr = tl.int64):
+    """Step 3 levels (int64, or DTYPE: levels < 2^16 fit int32): 0 at the max,
+    floor(min((m - x) * c, LEVEL_MAX)) elsewhere."""
     distance = row_max[:, None] - x
     scaled = distance * scale[:, None]
     level = tl.where(scaled < LEVEL_MAX, scaled, LEVEL_MAX)  # NaN -> LEVEL_MAX
     level = tl.where(distance == 0, 0.0, level)
-    return level.to(tl.int64)
+    return level.to(DTYPE)
 
 
 @triton.jit

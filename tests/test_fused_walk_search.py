@@ -1,5 +1,6 @@
-"""The fused walk's cut searches (kernels/sampling.py: ``_row_statistics``: the level search, the
-tie pass and ``_tied_id``), under the interpreter with rows of several tiles.
+"""The fused walk's cut searches (kernels/sampling.py: ``_row_statistics``: the level search one
+bit a pass and two (``_count_digit``), the tie pass and ``_tied_id``), under the interpreter with
+rows of several tiles.
 
 The interpreter's own launch reads a row of up to 4096 ids as one tile, so the conformance suite
 never carries the tie pass's running count of tied ids from one tile to the next, nor finds a
@@ -10,13 +11,18 @@ every token tied, NaN and +inf, an all -inf row, the
 finite values only in the last tile, a greedy row, per-request parameter tensors, each mask alone
 and both together (the searches that stop once one cut lies wholly above the other).
 
+The launches take two bits of the top-k search a pass once no top-p search is left, and one bit
+(``fused_count_bits`` patched to 1, the sm_100 launches with logprobs at 16+ lanes) at 16-id
+tiles; a row of 1025 tiles takes one bit a pass (the two-bit passes' 10-bit counts hold 1023).
+
 Each request is one row with no drafts, so its verdict is the final token sampled from the
 processed distribution by its coin; 64 coins spread over [0, 1) per row make the emitted tokens
 trace the whole kept set and its cumulative sums. Tokens must equal the cpu reference's bit for
 bit and the processed logprobs (log of the kept weight over the kept total) agree within 1e-5, so
 a kept set off by even a light token fails. A chain of 3 drafts per row, seeded, checks the
 accept tests on the same rows. A crossing-tile test off by one (``need < tied + in_tile``) fails
-here (checked by mutation, 2026-11-28). Runs in a fresh process: TRITON_INTERPRET must be set
+here, and so does a two-bit top-k pass that never takes its third candidate (checked by mutation,
+2026-11-28). Runs in a fresh process: TRITON_INTERPRET must be set
 before kernels are defined.
 """
 import textwrap
@@ -67,17 +73,21 @@ PROBE = textwrap.dedent("""
     seed, offset = torch.arange(rows) + 11, torch.zeros(rows, dtype=torch.int64)
     results = {}
     original_launch = sampling_kernels.fused_launch
-    for block_v in (16, 32):
-        def launch(target, bs, nodes, vocab, block_v=block_v):
+    def tiles_of(block_v):
+        def launch(target, bs, nodes, vocab):
             config = original_launch(target, bs, nodes, vocab)
             return sampling_kernels.FusedLaunch(config.requests, block_v, 16, config.warps)
-        sampling_kernels.fused_launch = launch
+        return launch
+    # COUNT_BITS 1: the one-bit search that the launches with a local frame on sm_100 take
+    for block_v, count_bits in ((16, 2), (32, 2), (16, 1)):
+        sampling_kernels.fused_launch = tiles_of(block_v)
+        sampling_kernels.fused_count_bits = lambda target, logprobs_mode, n_pad, bits=count_bits: bits
         for name, params in cases.items():
             for dtype in (torch.float32, torch.bfloat16):
                 args = dict(params, coins=torch.zeros(bs, 0), final_coins=final_coins, logprobs="processed")
                 want = reference.verify_chain_sampling_from_logits(no_drafts, None, logits.to(dtype), **args)
                 got = kernels.verify_chain_sampling_from_logits(no_drafts, None, logits.to(dtype), **args)
-                results[f"block_v={block_v} {name} {dtype} final"] = bool(
+                results[f"block_v={block_v} bits={count_bits} {name} {dtype} final"] = bool(
                     torch.equal(want.verdict.predict, got.verdict.predict)
                     and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
             chain_params = {key: (value[::coins_per_row] if torch.is_tensor(value) else value) for key, value in params.items()}
@@ -85,13 +95,21 @@ PROBE = textwrap.dedent("""
             want = reference.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
             got = kernels.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
             same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
-            results[f"block_v={block_v} {name} chain"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
+            results[f"block_v={block_v} bits={count_bits} {name} chain"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
                                                                                      equal_nan=True))
+    # 1025 tiles a row: more than the two-bit passes' 10-bit counts hold, so one bit a pass
+    sampling_kernels.fused_launch, sampling_kernels.fused_count_bits = tiles_of(16), lambda target, logprobs_mode, n_pad: 2
+    wide = torch.randn(8, 16400, generator=generator).to(torch.bfloat16)
+    args = dict(temperature=1.0, top_k=3000, coins=torch.zeros(8, 0), final_coins=(torch.arange(8) + 0.5) / 8, logprobs="processed")
+    want = reference.verify_chain_sampling_from_logits(torch.zeros(8, 0, dtype=torch.int64), None, wide, **args)
+    got = kernels.verify_chain_sampling_from_logits(torch.zeros(8, 0, dtype=torch.int64), None, wide, **args)
+    results["1025 tiles a row, top-k 3000"] = bool(torch.equal(want.verdict.predict, got.verdict.predict)
+                                                and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
     print(json.dumps(results))
 """)
 
 
 def test_fused_walk_searches_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 2 * 9 * 3
+    assert len(results) == 3 * 9 * 3 + 1
     assert all(results.values()), {case: same for case, same in results.items() if not same}
