@@ -47,11 +47,13 @@ from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coin
 
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
 REGISTER_FILE = 65536  # 32-bit registers an SM (sm_80 to sm_100)
-COUNT_FIELD_BITS = tl.constexpr(10)  # _count_digit's packed counts: one a tile a lane, at most COUNT_FIELD_TILES - 1
-COUNT_FIELD_TILES = tl.constexpr(1 << 10)
-COUNT_FIELD_2 = tl.constexpr(1 << 10)  # one count in the second field (bits 10-19)
-COUNT_FIELD_3 = tl.constexpr(1 << 20)  # one count in the third field (bits 20-29)
-COUNT_FIELD_3_SHIFT = tl.constexpr(20)
+# _count_digit's packed counts: three fields of _FIELD_BITS in an int32, one count a tile a lane.
+_FIELD_BITS = 10
+COUNT_FIELD_BITS = tl.constexpr(_FIELD_BITS)
+COUNT_FIELD_TILES = tl.constexpr(1 << _FIELD_BITS)  # a field holds at most COUNT_FIELD_TILES - 1
+COUNT_FIELD_2 = tl.constexpr(1 << _FIELD_BITS)  # one count in the second field
+COUNT_FIELD_3_SHIFT = tl.constexpr(2 * _FIELD_BITS)
+COUNT_FIELD_3 = tl.constexpr(1 << (2 * _FIELD_BITS))  # one count in the third field
 
 
 # ----------------------------------------------------------------------------------------------
