@@ -7,10 +7,12 @@
   logprobs are asked for); when the row has top_p < 1 or 0 < top_k < V, the total weight (top-p)
   and a search over the 16 bits of the levels that finds the top-p and the top-k cut levels in the
   same passes, one bit a pass while a top-p search is left and two bits a pass (counts only,
-  ``_count_digit``) once only top-k's is; one pass counting the ties at the top-k level tile by
-  tile and, only when the cut splits them, one re-read tile where the last tied id kept is found
-  in registers (``_tied_id``); the kept total (up to 20 passes with both masks, 11 with top-k
-  alone). Every quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or
+  ``_count_digit``) once only top-k's is; top-p's search leaves the row after its top
+  WINDOW_DEPTH (4) bits: one pass stores its window (the ids whose levels its cut can still
+  take) in a per-request scratch, where the other 12 bits are searched (``_top_p_in_window``);
+  one pass counting the ties at the top-k level tile by tile and, only when the cut splits them,
+  one re-read tile where the last tied id kept is found in registers (``_tied_id``); the kept
+  total (8 row passes with top-p alone, up to 16 with both masks, 11 with top-k alone). Every quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or
   a single correctly rounded float operation, so the result is bit-identical to the reference.
 * ``_hash_coins_kernel``: the counter-based coins (``hash(seed, offset, position, purpose)``),
   int64 arithmetic emulating uint32 exactly as the reference does (chains with draft_probs).
@@ -32,6 +34,7 @@ from typing import Optional
 
 import torch
 import triton
+from packaging.version import Version
 import triton.language as tl
 
 import spec_hal.sampling as semantics
@@ -41,11 +44,19 @@ from spec_hal.types import DraftTree, Verdict
 from . import verify as verify_kernels
 from . import sampling_rows
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, NO_ID, _kept_weights, _levels, _next_tile, _raw_tile,
-                            _binding, _online_max, _probabilities, _request_params, _weights)
+from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, NO_ID, _binding, _distance_levels, _kept_weights,
+                            _levels, _next_tile, _online_max, _probabilities, _raw_tile, _request_params, _sanitized, _weights)
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
+# Bits of top-p's cut decided over the row before the rest are searched over its window alone
+# (_top_p_in_window); 1..15 (a window offset fits int16). H100, the fused walk forced at bs 64-256,
+# V 32000 and 151936, top-p 0.6-0.95 alone or with top-k 50 or 4000: 4 took 0.60-0.92x the time of
+# the search over the row, the least worst case among 2-8 (2: 0.56x at V 151936, 0.97x at V 32000
+# with top-k 50; BENCHMARKS.md, twenty-fifth session).
+_WINDOW_DEPTH = 4
+WINDOW_DEPTH = tl.constexpr(_WINDOW_DEPTH)
+WINDOW_SPAN = tl.constexpr(1 << (16 - _WINDOW_DEPTH))  # levels in a paused window
 REGISTER_FILE = 65536  # 32-bit registers an SM (sm_80 to sm_100)
 # _count_digit's packed counts: three fields of _FIELD_BITS in an int32, one count a tile a lane.
 _FIELD_BITS = 10
@@ -111,7 +122,8 @@ def _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, 
               stride_col, row_max, scale, table_ptr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
     """One pass of both cut searches: bit 15 - ``decided`` of cut_p (float64(mass of levels below
     the candidate) < ``bound``) and of cut_k (count below it < k). Rows without a top-p search
-    left skip the weights (the table gather and the int64 sum). Returns (cut_p, cut_k, below_k)."""
+    left skip the weights (the table gather and the int64 sum). Returns (cut_p, cut_k, below_k,
+    the mass of the levels below top-p's candidate)."""
     bit = tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - decided)
     candidate_p = cut_p | bit
     candidate_k = cut_k | bit
@@ -133,7 +145,97 @@ def _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, 
     count = tl.sum(count_lanes, axis=1).to(tl.int64)
     cut_p = tl.where(active_p & (candidate_p <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate_p, cut_p)
     move_k = active_k & (candidate_k <= LEVEL_MAX) & (count < top_k)
-    return cut_p, tl.where(move_k, candidate_k, cut_k), tl.where(move_k, count, below_k)
+    return cut_p, tl.where(move_k, candidate_k, cut_k), tl.where(move_k, count, below_k), mass
+
+
+@triton.jit
+def _top_p_in_window(logits_ptr, row_offsets, window_ptr, window_rows, rows, cut_p, p_mass, bound, row_len, num_blocks, vocab,
+                     stride_col, row_max, scale, table_ptr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, GROUP: tl.constexpr):
+    """The top-p cut of ``rows`` whose search paused after its top WINDOW_DEPTH bits, from its
+    window [cut_p, cut_p + WINDOW_SPAN) alone. One pass over the row stores the window in the
+    row's scratch (``window_rows``: the row's offset in it): level - cut_p (int16) of every window
+    id, in slots of BLOCK_V, an id at its position in its tile, each lane (GROUP 1:
+    ``_store_window``) or group of GROUP consecutive lanes (``_store_window_groups``) filling its
+    next slot, -1 where no id is. A lane takes a slot at most once a tile, so a row's scratch is as
+    long as its tiles. Then the remaining bits are decided as ``_bit_pass`` decides them, the mass
+    below a candidate being ``p_mass`` (the levels below cut_p) plus the window's levels below it,
+    read from the scratch. Returns cut_p."""
+    scratch = window_ptr + window_rows  # (R,); a position's offset is int32 (< row_len)
+    tl.debug_barrier()  # the scratch's readers of an earlier row are done
+    if GROUP == 1:
+        deepest = _store_window(logits_ptr, row_offsets, scratch, rows, cut_p, row_len, num_blocks, vocab, stride_col, row_max, scale,
+                                BLOCK_R, BLOCK_V)
+    else:
+        deepest = _store_window_groups(logits_ptr, row_offsets, scratch, rows, cut_p, vocab, stride_col, row_max, scale, BLOCK_R,
+                                       BLOCK_V, GROUP)
+    tl.debug_barrier()  # the window is stored before any thread reads it
+    lanes = tl.arange(0, BLOCK_V)
+    start = cut_p
+    for step in range(WINDOW_DEPTH, LEVEL_SEARCH_BITS):
+        candidate = cut_p | (tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - step))
+        below = (candidate - start).to(tl.int32)
+        mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+        for slot in range(deepest):
+            offset = tl.load(scratch[:, None] + (slot * BLOCK_V + lanes[None, :]), mask=rows[:, None], other=-1).to(tl.int32)
+            level = start[:, None] + tl.maximum(offset, 0)
+            mass_lanes += tl.where((offset >= 0) & (offset < below[:, None]), _weights(level, table_ptr, None), 0)
+        mass = p_mass + tl.sum(mass_lanes, axis=1)
+        cut_p = tl.where(rows & (candidate <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate, cut_p)
+    return cut_p
+
+
+@triton.jit
+def _store_window(logits_ptr, row_offsets, scratch, rows, cut_p, row_len, num_blocks, vocab, stride_col, row_max, scale,
+                  BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """``_top_p_in_window``'s scratch, a slot counter a lane. Returns the deepest slot count."""
+    lanes = tl.arange(0, BLOCK_V)
+    slots = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
+    ahead = _raw_tile(logits_ptr, row_offsets, rows, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    for k in range(num_blocks):
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, rows, 0, row_len, k, vocab, stride_col, BLOCK_V)
+        offset = _levels(x, row_max, scale, tl.int32) - cut_p.to(tl.int32)[:, None]
+        inside = ok & (offset >= 0) & (offset < WINDOW_SPAN)
+        tl.store(scratch[:, None] + (slots * BLOCK_V + lanes[None, :]), offset.to(tl.int16), mask=inside)
+        slots += inside.to(tl.int32)
+    deepest = tl.max(tl.max(slots, axis=1), axis=0)
+    for slot in range(deepest):  # the unused slots below the deepest read as -1
+        tl.store(scratch[:, None] + (slot * BLOCK_V + lanes[None, :]), tl.full([BLOCK_R, BLOCK_V], -1, dtype=tl.int16),
+                 mask=rows[:, None] & (slot >= slots))
+    return deepest
+
+
+@triton.jit
+def _store_window_groups(logits_ptr, row_offsets, scratch, rows, cut_p, vocab, stride_col, row_max, scale, BLOCK_R: tl.constexpr,
+                         BLOCK_V: tl.constexpr, GROUP: tl.constexpr):
+    """``_top_p_in_window``'s scratch, a slot counter a group of GROUP consecutive lanes (tiles of
+    (R, BLOCK_V / GROUP, GROUP)): a group holding a window id stores its GROUP positions (-1 where
+    no window id is), so the stores are as contiguous as the loads. Returns the deepest count."""
+    ids = tl.arange(0, BLOCK_V // GROUP)[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+    slots = tl.zeros([BLOCK_R, BLOCK_V // GROUP], dtype=tl.int32)
+    everywhere = ids[None, :, :] >= 0  # the mask of a group's positions, (1, G, GROUP)
+    for k in range(tl.cdiv(vocab, BLOCK_V)):
+        cols = k * BLOCK_V + ids[None, :, :]
+        ok = rows[:, None, None] & (cols < vocab)
+        x = _sanitized(tl.load(logits_ptr + row_offsets[:, None, None] + cols.to(tl.int64) * stride_col, mask=ok), ok)
+        level = _distance_levels(row_max[:, None, None] - x, scale[:, None, None], tl.int32)
+        offset = level - cut_p.to(tl.int32)[:, None, None]
+        inside = ok & (offset >= 0) & (offset < WINDOW_SPAN)
+        used = tl.max(inside.to(tl.int32), axis=2)
+        tl.store(scratch[:, None, None] + (slots[:, :, None] * BLOCK_V + ids[None, :, :]), tl.where(inside, offset, -1).to(tl.int16),
+                 mask=(used != 0)[:, :, None] & everywhere)
+        slots += used
+    deepest = tl.max(tl.max(slots, axis=1), axis=0)
+    for slot in range(deepest):  # the unused slots below the deepest read as -1
+        tl.store(scratch[:, None, None] + (slot * BLOCK_V + ids[None, :, :]), tl.full([BLOCK_R, BLOCK_V // GROUP, GROUP], -1, dtype=tl.int16),
+                 mask=(rows[:, None] & (slot >= slots))[:, :, None] & everywhere)
+    return deepest
+
+
+@triton.jit
+def _window_below(cut_p, cut_k, paused):
+    """Rows whose paused top-p window lies wholly below top-k's prefix: top-k then keeps every
+    level top-p keeps, and its search can stop (as ``_binding`` stops it)."""
+    return paused & (cut_k >= cut_p + WINDOW_SPAN)
 
 
 @triton.jit
@@ -182,12 +284,15 @@ def _count_digit(logits_ptr, row_offsets, active_k, top_k, cut_k, below_k, shift
 
 @triton.jit
 def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
-                    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr, COUNT_BITS: tl.constexpr):
+                    window_ptr, window_rows, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr,
+                    COUNT_BITS: tl.constexpr, WINDOW_GROUP: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
     top-p level cut, kept total W'). Passes over a row: one for max/argmax(/lse); with top-p on,
-    one for the total weight; with top-p or top-k on, the level search (16 passes with top-p, 8
-    with top-k alone) and one tie count (and, when the top-k cut splits a tie, one tile read
-    again: ``_tied_id``); one for the kept total."""
+    one for the total weight; with top-p or top-k on, the level search (top-p: WINDOW_DEPTH passes,
+    then one storing its window, whose search reads the scratch; top-k: 8 passes alone, up to 10
+    more beside top-p's) and one tie count (and, when the top-k cut splits a tie, one tile read
+    again: ``_tied_id``); one for the kept total. ``window_ptr`` + ``window_rows`` (R,): each
+    row's top-p window scratch (int16, as long as the row's tiles)."""
     num_blocks = tl.cdiv(vocab, BLOCK_V)
     # Every row pass reads a tile ahead through sampling_rows' chunk helpers, the whole row as
     # chunk 0 (H100, the fused walk forced: 0.84-0.86x of its time with top-k and top-p at
@@ -230,13 +335,25 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
         # two bits of cut_k from the counts below three candidates (_count_digit), no weights:
         # the three counts share one int32 a lane.
         active_p, active_k = use_top_p, use_top_k
+        # After WINDOW_DEPTH bits, top-p's search pauses: its cut lies in the window [cut_p, cut_p +
+        # 2^(16 - WINDOW_DEPTH)), whose ids are stored once and searched alone after the loop
+        # (_top_p_in_window). p_mass: the mass of the levels below cut_p.
+        p_mass = tl.zeros([BLOCK_R], dtype=tl.int64)
+        paused = tl.zeros([BLOCK_R], dtype=tl.int1)
         if COUNT_BITS == 2:
             decided = 0  # top bits of the cuts decided so far
             while decided < LEVEL_SEARCH_BITS:
                 if tl.max(active_p.to(tl.int32), axis=0) > 0:
-                    cut_p, cut_k, below_k = _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, decided,
-                                                      row_len, num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V)
+                    new_p, cut_k, below_k, mass = _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k,
+                                                            decided, row_len, num_blocks, vocab, stride_col, row_max, scale, table_ptr,
+                                                            BLOCK_R, BLOCK_V)
+                    p_mass = tl.where(new_p != cut_p, mass, p_mass)
+                    cut_p = new_p
                     decided += 1
+                    if WINDOW_GROUP > 0:
+                        if decided == WINDOW_DEPTH:
+                            paused = active_p
+                            active_p = active_p & (paused == 0)
                 else:
                     # Two bits while two are left (16 - decided is odd after an odd number of
                     # one-bit passes) and the packed counts hold a row's tiles (_count_digit).
@@ -248,11 +365,24 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
                                                   row_max, scale, BLOCK_R, BLOCK_V)
                     decided += digit_bits
                 active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
+                active_k = active_k & (_window_below(cut_p, cut_k, paused) == 0)
         else:  # one bit a pass throughout (fused_count_bits)
             for step in range(LEVEL_SEARCH_BITS):
-                cut_p, cut_k, below_k = _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, step,
-                                                  row_len, num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V)
+                new_p, cut_k, below_k, mass = _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k,
+                                                        step, row_len, num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R,
+                                                        BLOCK_V)
+                p_mass = tl.where(new_p != cut_p, mass, p_mass)
+                cut_p = new_p
+                if WINDOW_GROUP > 0:
+                    if step + 1 == WINDOW_DEPTH:
+                        paused = active_p
+                        active_p = active_p & (paused == 0)
                 active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
+                active_k = active_k & (_window_below(cut_p, cut_k, paused) == 0)
+        if WINDOW_GROUP > 0:  # a constexpr: 0 compiles no window search
+            if tl.max(paused.to(tl.int32), axis=0) > 0:
+                cut_p = _top_p_in_window(logits_ptr, row_offsets, window_ptr, window_rows, paused, cut_p, p_mass, bound, row_len,
+                                         num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V, WINDOW_GROUP)
         level_cut = tl.where(use_top_p, cut_p, level_cut)
         # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k; a stopped
         # top-k search keeps every level up to its prefix (above cut_p: no tie to split). One pass
@@ -339,13 +469,15 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
                        temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
                        tensor_params, next_token_ptr, next_sibling_ptr, cand_ptr, coins_ptr, final_coins_ptr, seed_ptr, offset_ptr,
                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, logprob_ptr, bs, nodes, num_steps,
-                       flag_ptr, flag_code, chain_shift,
+                       flag_ptr, flag_code, chain_shift, window_ptr,
                        BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, NB_PAD: tl.constexpr,
-                       PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr, COUNT_BITS: tl.constexpr):
+                       PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr, COUNT_BITS: tl.constexpr,
+                       WINDOW_GROUP: tl.constexpr):
     """The from-logits tree walk: each request processes only the rows it stands on (the path
     nodes), at the moment it stands there, then samples its final token from the last one.
     LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1)). COUNT_BITS:
-    bits a pass of the top-k cut search once no top-p search is left (fused_count_bits)."""
+    bits a pass of the top-k cut search once no top-p search is left (fused_count_bits).
+    ``window_ptr``: (bs, cdiv(V, BLOCK_V) * BLOCK_V) int16 scratch of the top-p window search."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     greedy, scale, top_k, top_p, min_weight = _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value,
@@ -354,6 +486,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
     ok = req_ok[:, None] & (lanes[None, :] < nodes)
     block_base = req.to(tl.int64) * nodes
     node_ids = block_base[:, None] + lanes[None, :]
+    window_rows = req.to(tl.int64) * (tl.cdiv(vocab, BLOCK_V) * BLOCK_V)
     cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
     # Error flag, as the walk of verify_sampling records; chain_shift 1 for a chain (its links are
@@ -387,7 +520,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
         row_offsets = node * stride_row
         new_max, new_arg, new_lse, new_key, new_level, new_total = _row_statistics(
             logits_ptr, row_offsets, standing, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
-            BLOCK_R, BLOCK_V, LOGPROBS == 1, COUNT_BITS)
+            window_ptr, window_rows, BLOCK_R, BLOCK_V, LOGPROBS == 1, COUNT_BITS, WINDOW_GROUP)
         row_max = tl.where(standing, new_max, row_max)
         argmax = tl.where(standing, new_arg, argmax)
         if LOGPROBS == 1:
@@ -570,6 +703,30 @@ def fused_count_bits(target: KernelTarget, logprobs_mode: int, n_pad: int) -> in
     return 1 if blackwell and logprobs_mode >= 1 and n_pad >= 16 else 2
 
 
+def fused_window_group(target: KernelTarget, logprobs_mode: int, unit_stride: bool) -> int:
+    """Consecutive lanes that share a slot counter of the top-p window scratch (the kernel's
+    WINDOW_GROUP; 0: top-p's search stays on the row, as before the window), by compiler, chosen
+    with the offline compile matrix at the 128-register cap (sm_80/sm_90/sm_100 with Triton 3.9,
+    sm_90 with 3.6): a store of one id a lane takes a layout of its own; where the row's loads are
+    vectorised (unit stride), Triton 3.9 converted the store's 64-bit addresses through shared
+    memory and kept 8-48 B local frames in 22 of 120 specs, while groups of 4 (stores as contiguous
+    as the loads) compile clean there but keep 8 B frames in 17 specs of a non-unit stride, where
+    one id a lane is clean. Triton 3.6 kept 48-192 B frames with groups (sm_90), and compiles one
+    id a lane clean except with raw logprobs at a non-unit stride (8 B); sm_100 with raw logprobs
+    at unit stride kept 8 B with groups and 40 B without. Those two keep the row search."""
+    if target.vendor == "interpreter":
+        return 4 if _GROUPED_WINDOW_STORES else 1
+    blackwell = target.vendor == "nvidia" and (target.arch or "").startswith("sm_10")
+    if _GROUPED_WINDOW_STORES:
+        if not unit_stride:
+            return 1
+        return 0 if blackwell and logprobs_mode == 1 else 4
+    return 0 if logprobs_mode == 1 and not unit_stride else 1
+
+
+_GROUPED_WINDOW_STORES = Version(triton.__version__).release >= (3, 9)
+
+
 def _pow2(count: int) -> int:
     return max(next_power_of_2(max(count, 1)), 2)
 
@@ -675,6 +832,9 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         accept, final = accept.contiguous(), final.contiguous()
     config = fused_launch(target, bs, nodes, vocab)
     num_blocks = cdiv(vocab, config.block_v)
+    # Top-p's window scratch: 2 bytes an id a request (_top_p_in_window), only when a row may use top-p.
+    may_top_p = torch.is_tensor(top_p) or top_p < 1
+    window = torch.empty((bs, num_blocks * config.block_v) if may_top_p else (1,), dtype=torch.int16, device=device)
     logprobs_mode = 0 if logprobs is None else semantics.LOGPROB_MODES.index(logprobs) + 1
     _fused_walk_kernel[(cdiv(bs, config.requests),)](
         logits, logits.stride(0), logits.stride(1), vocab, table,
@@ -682,10 +842,10 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(), accept, final,
         seed.contiguous() if hashed else table, offset.contiguous() if hashed else table,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, float_placeholder, bs, nodes, tree.num_steps,
-        error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain),
+        error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain), window,
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
         PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode, COUNT_BITS=fused_count_bits(target, logprobs_mode, _pow2(nodes)),
-        num_warps=config.warps,
+        WINDOW_GROUP=fused_window_group(target, logprobs_mode, logits.stride(1) == 1), num_warps=config.warps,
         **fused_options(target, config, logprobs_mode, _pow2(nodes)),
     )
     return out, values
@@ -784,8 +944,9 @@ def compile_specs(target: KernelTarget):
         "next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
         "seed_ptr": "*i64", "offset_ptr": "*i64", "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32",
         "accept_lens_ptr": "*i32", "logprob_ptr": "*fp32", "bs": "i32", "nodes": "i32", "num_steps": "i32",
-        "flag_ptr": "*i64", "flag_code": "i64", "chain_shift": "i32",
-        **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS", "COUNT_BITS")}}
+        "flag_ptr": "*i64", "flag_code": "i64", "chain_shift": "i32", "window_ptr": "*i16",
+        **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS", "COUNT_BITS",
+                                          "WINDOW_GROUP")}}
     for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
         config = fused_launch(target, bs, nodes, vocab)
         shape_constexprs = {"BLOCK_R": config.requests, "BLOCK_V": config.block_v, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1),
@@ -799,7 +960,10 @@ def compile_specs(target: KernelTarget):
             constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs,
                           "COUNT_BITS": fused_count_bits(target, logprobs, _pow2(nodes))}
             options = fused_options(target, config, logprobs, _pow2(nodes))
-            specs.append((_fused_walk_kernel, signature, constexprs, config.warps, {}, options))
+            # The generic spec: a strided vocabulary (stride_col an int); the specialised: unit stride.
+            specs.append((_fused_walk_kernel, signature, {**constexprs, "WINDOW_GROUP": fused_window_group(target, logprobs, False)},
+                          config.warps, {}, options))
+            constexprs["WINDOW_GROUP"] = fused_window_group(target, logprobs, True)
             specs.append(runtime_specialized(target, _fused_walk_kernel, signature, constexprs, config.warps,
                                              values={"stride_row": vocab, "stride_col": 1, "vocab": vocab, "top_k_value": 50, "tensor_params": 15,
                                                      "bs": bs, "nodes": nodes, "num_steps": steps,

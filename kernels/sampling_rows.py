@@ -99,10 +99,16 @@ def _online_max(x, cols, ok, run_max, argmax, sum_exp, WANT_LSE: tl.constexpr):
 
 @triton.jit
 def _levels(x, row_max, scale, DTYPE: tl.constexpr = tl.int64):
-    """Step 3 levels (int64, or DTYPE: levels < 2^16 fit int32): 0 at the max,
-    floor(min((m - x) * c, LEVEL_MAX)) elsewhere."""
-    distance = row_max[:, None] - x
-    scaled = distance * scale[:, None]
+    """Step 3 levels (int64, or DTYPE: levels < 2^16 fit int32) of logits ``x`` (R, L): 0 at the
+    max, floor(min((m - x) * c, LEVEL_MAX)) elsewhere."""
+    return _distance_levels(row_max[:, None] - x, scale[:, None], DTYPE)
+
+
+@triton.jit
+def _distance_levels(distance, scale, DTYPE: tl.constexpr):
+    """``_levels`` of logits at ``distance`` = m - x below their row's max, ``scale`` (c)
+    broadcast to it (any rank)."""
+    scaled = distance * scale
     level = tl.where(scaled < LEVEL_MAX, scaled, LEVEL_MAX)  # NaN -> LEVEL_MAX
     level = tl.where(distance == 0, 0.0, level)
     return level.to(DTYPE)

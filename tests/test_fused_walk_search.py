@@ -1,6 +1,7 @@
 """The fused walk's cut searches (kernels/sampling.py: ``_row_statistics``: the level search one
-bit a pass and two (``_count_digit``), the tie pass and ``_tied_id``), under the interpreter with
-rows of several tiles.
+bit a pass and two (``_count_digit``), top-p's search over its stored window
+(``_top_p_in_window``), the tie pass and ``_tied_id``), under the interpreter with rows of several
+tiles.
 
 The interpreter's own launch reads a row of up to 4096 ids as one tile, so the conformance suite
 never carries the tie pass's running count of tied ids from one tile to the next, nor finds a
@@ -8,12 +9,15 @@ split tie in a tile other than the first. This test launches the fused walk with
 tiles (5-10 a row) on rows chosen to make the searches matter: heavy ties whose top-k cut falls
 in a middle tile, logits about 5 levels apart (every bit of the level search decides the cut),
 every token tied, NaN and +inf, an all -inf row, the
-finite values only in the last tile, a greedy row, per-request parameter tensors, each mask alone
-and both together (the searches that stop once one cut lies wholly above the other).
+finite values only in the last tile, a greedy row, a top-p window of 10 ids in one lane (10 slots
+deep where the other lanes hold none), per-request parameter tensors, each mask alone and both
+together (the searches that stop once one cut lies wholly above the other).
 
 The launches take two bits of the top-k search a pass once no top-p search is left, and one bit
 (``fused_count_bits`` patched to 1, the sm_100 launches with logprobs at 16+ lanes) at 16-id
 tiles; a row of 1025 tiles takes one bit a pass (the two-bit passes' 10-bit counts hold 1023).
+Top-p's window is stored by groups of 4 lanes and a lane at a time (``fused_window_group``
+patched to 4 and 1).
 
 Each request is one row with no drafts, so its verdict is the final token sampled from the
 processed distribution by its coin; 64 coins spread over [0, 1) per row make the emitted tokens
@@ -36,7 +40,7 @@ PROBE = textwrap.dedent("""
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
     generator = torch.Generator().manual_seed(5)
-    rows, vocab, coins_per_row = 10, 150, 64
+    rows, vocab, coins_per_row = 11, 150, 64
     x = torch.randn(rows, vocab, generator=generator) * 3
     x[1] = torch.randint(0, 3, (vocab,), generator=generator).float()   # heavy ties at every level
     x[2, ::7] = float("nan")
@@ -47,13 +51,16 @@ PROBE = textwrap.dedent("""
     x[6, :140] = float("-inf")                                          # the finite values in the last tile
     x[8] = torch.arange(vocab).float() * 0.01
     x[9] = -torch.arange(vocab).float() * (5 / 1477.3)                  # ~5 levels apart: every digit decides
+    x[10] = -20.0                                                       # top-p's window: 10 ids in one lane of 16 tiles
+    x[10, 0] = 4.0
+    x[10, 3::16] = 2.0 + 0.002 * torch.arange(10).float()
     def per_row(values):
         return torch.tensor(values).repeat_interleave(coins_per_row)
     cases = {
-        "per-request tensors": dict(temperature=per_row([0.8, 1.0, 0.5, 1.0, 2.0, 1.0, 0.7, 0.0, 1.3, 0.9]),
-                                    top_k=per_row([5, 7, 0, 3, 100, 60, 4, 3, 149, 0]),
-                                    top_p=per_row([0.9, 1.0, 0.5, 0.9, 1.0, 0.3, 1.0, 0.9, 0.99, 0.7]),
-                                    min_p=per_row([0.0, 0.0, 0.1, 0.0, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0])),
+        "per-request tensors": dict(temperature=per_row([0.8, 1.0, 0.5, 1.0, 2.0, 1.0, 0.7, 0.0, 1.3, 0.9, 0.9]),
+                                    top_k=per_row([5, 7, 0, 3, 100, 60, 4, 3, 149, 0, 0]),
+                                    top_p=per_row([0.9, 1.0, 0.5, 0.9, 1.0, 0.3, 1.0, 0.9, 0.99, 0.7, 0.8]),
+                                    min_p=per_row([0.0, 0.0, 0.1, 0.0, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0])),
         "top-k only": dict(temperature=0.9, top_k=6),
         "top-k splitting the 75 ties": dict(temperature=1.0, top_k=40),
         "top-k deep": dict(temperature=1.0, top_k=97),
@@ -78,16 +85,18 @@ PROBE = textwrap.dedent("""
             config = original_launch(target, bs, nodes, vocab)
             return sampling_kernels.FusedLaunch(config.requests, block_v, 16, config.warps)
         return launch
-    # COUNT_BITS 1: the one-bit search that the launches with a local frame on sm_100 take
-    for block_v, count_bits in ((16, 2), (32, 2), (16, 1)):
+    # COUNT_BITS 1: the one-bit search that the launches with a local frame on sm_100 take;
+    # WINDOW_GROUP 4 and 1: top-p's window stored by groups of 4 lanes or a lane at a time
+    for block_v, count_bits, group in ((16, 2, 4), (32, 2, 1), (16, 1, 4), (16, 2, 1)):
         sampling_kernels.fused_launch = tiles_of(block_v)
         sampling_kernels.fused_count_bits = lambda target, logprobs_mode, n_pad, bits=count_bits: bits
+        sampling_kernels.fused_window_group = lambda target, logprobs_mode, unit_stride, group=group: group
         for name, params in cases.items():
             for dtype in (torch.float32, torch.bfloat16):
                 args = dict(params, coins=torch.zeros(bs, 0), final_coins=final_coins, logprobs="processed")
                 want = reference.verify_chain_sampling_from_logits(no_drafts, None, logits.to(dtype), **args)
                 got = kernels.verify_chain_sampling_from_logits(no_drafts, None, logits.to(dtype), **args)
-                results[f"block_v={block_v} bits={count_bits} {name} {dtype} final"] = bool(
+                results[f"block_v={block_v} bits={count_bits} group={group} {name} {dtype} final"] = bool(
                     torch.equal(want.verdict.predict, got.verdict.predict)
                     and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
             chain_params = {key: (value[::coins_per_row] if torch.is_tensor(value) else value) for key, value in params.items()}
@@ -95,21 +104,23 @@ PROBE = textwrap.dedent("""
             want = reference.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
             got = kernels.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
             same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
-            results[f"block_v={block_v} bits={count_bits} {name} chain"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
+            results[f"block_v={block_v} bits={count_bits} group={group} {name} chain"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
                                                                                      equal_nan=True))
     # 1025 tiles a row: more than the two-bit passes' 10-bit counts hold, so one bit a pass
     sampling_kernels.fused_launch, sampling_kernels.fused_count_bits = tiles_of(16), lambda target, logprobs_mode, n_pad: 2
     wide = torch.randn(8, 16400, generator=generator).to(torch.bfloat16)
-    args = dict(temperature=1.0, top_k=3000, coins=torch.zeros(8, 0), final_coins=(torch.arange(8) + 0.5) / 8, logprobs="processed")
-    want = reference.verify_chain_sampling_from_logits(torch.zeros(8, 0, dtype=torch.int64), None, wide, **args)
-    got = kernels.verify_chain_sampling_from_logits(torch.zeros(8, 0, dtype=torch.int64), None, wide, **args)
-    results["1025 tiles a row, top-k 3000"] = bool(torch.equal(want.verdict.predict, got.verdict.predict)
-                                                and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
+    # top-p 0.9 there: a window of thousands of ids, hundreds of slots deep a lane
+    for name, params in (("top-k 3000", dict(top_k=3000)), ("top-p 0.9", dict(top_p=0.9))):
+        args = dict(params, temperature=1.0, coins=torch.zeros(8, 0), final_coins=(torch.arange(8) + 0.5) / 8, logprobs="processed")
+        want = reference.verify_chain_sampling_from_logits(torch.zeros(8, 0, dtype=torch.int64), None, wide, **args)
+        got = kernels.verify_chain_sampling_from_logits(torch.zeros(8, 0, dtype=torch.int64), None, wide, **args)
+        results[f"1025 tiles a row, {name}"] = bool(torch.equal(want.verdict.predict, got.verdict.predict)
+                                                 and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
     print(json.dumps(results))
 """)
 
 
 def test_fused_walk_searches_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 3 * 9 * 3 + 1
+    assert len(results) == 4 * 9 * 3 + 2
     assert all(results.values()), {case: same for case, same in results.items() if not same}
