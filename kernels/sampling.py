@@ -12,8 +12,9 @@
   take) in a per-request scratch, where the other 12 bits are searched (``_top_p_in_window``);
   one pass counting the ties at the top-k level tile by tile and, only when the cut splits them,
   one re-read tile where the last tied id kept is found in registers (``_tied_id``); the kept
-  total (8 row passes with top-p alone, up to 16 with both masks, 11 with top-k alone). Every quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or
-  a single correctly rounded float operation, so the result is bit-identical to the reference.
+  total (8 row passes with top-p alone, up to 16 with both masks, 11 with top-k alone). Every
+  quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or a single
+  correctly rounded float operation, so the result is bit-identical to the reference.
 * ``_hash_coins_kernel``: the counter-based coins (``hash(seed, offset, position, purpose)``),
   int64 arithmetic emulating uint32 exactly as the reference does (chains with draft_probs).
 * ``_fused_walk_kernel`` (grid: request blocks): the from-logits tree walk. A request computes the

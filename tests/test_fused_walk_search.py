@@ -26,8 +26,10 @@ bit and the processed logprobs (log of the kept weight over the kept total) agre
 a kept set off by even a light token fails. A chain of 3 drafts per row, seeded, checks the
 accept tests on the same rows. A crossing-tile test off by one (``need < tied + in_tile``) fails
 here, and so does a two-bit top-k pass that never takes its third candidate (checked by mutation,
-2026-11-28). Runs in a fresh process: TRITON_INTERPRET must be set
-before kernels are defined.
+2026-11-28), and so do a window search that drops the mass below the window, one that counts the
+-1 (empty) slots, and a top-k search stopped below the window's top rather than above it (checked
+by mutation, twenty-fifth session). Runs in a fresh process: TRITON_INTERPRET must be set before
+kernels are defined.
 """
 import textwrap
 
