@@ -123,7 +123,8 @@ def runtime_specialized(target: KernelTarget, kernel, signature: dict, constexpr
     * an int that fits in 32 bits is ``i32`` (else ``i64``); a multiple of 16 and every pointer get
       ``tt.divisibility`` 16;
     * on AMD, pointers also get ``tt.pointer_range`` 32 (buffer ops, on by default);
-    * an int the kernel lists in ``do_not_specialize`` gets none of this: only its type.
+    * an argument the kernel lists in ``do_not_specialize`` gets none of this: an int only its
+      type, a pointer no attribute (as the JIT leaves it: neither alignment nor range).
 
     ``attrs`` is ASTSource's: ``{(argument index,): [[attribute, value], ...]}``. The generic specs
     (no attrs) are what a launch with misaligned pointers compiles, so both kinds belong in
@@ -137,7 +138,8 @@ def runtime_specialized(target: KernelTarget, kernel, signature: dict, constexpr
     for name, kind in signature.items():
         index = (kernel.arg_names.index(name),)
         if kind.startswith("*"):
-            attrs[index] = [["tt.divisibility", 16]] + ([["tt.pointer_range", 32]] if target.vendor == "amd" else [])
+            if name not in unspecialized:
+                attrs[index] = [["tt.divisibility", 16]] + ([["tt.pointer_range", 32]] if target.vendor == "amd" else [])
         elif name in unspecialized:
             signature[name] = "i32" if -2**31 <= values[name] < 2**31 else "i64"
         elif name in values and values[name] == 1:

@@ -272,6 +272,23 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
                    req, req_ok, ok, node_ids, width_lanes, num_steps)
 
 
+# AMD launches read one id a thread, so alignment gains their loads nothing, and the JIT's
+# specialisation of a pointer there (on by default: 16-byte alignment and a 2 GiB range, so buffer
+# ops) gives each base a 4-SGPR buffer descriptor. The masked variants then ran out of SGPRs and
+# spilled 1-8 into VGPR lanes on gfx90a, gfx942 and gfx950 (offline compile matrix, Triton 3.9).
+# This copy leaves the per-request arrays, the coins, the mask words and index and the Verdict
+# outputs unspecialised (global loads and stores of 64-bit addresses): clean on gfx942 and gfx950,
+# one SGPR spilled into a VGPR lane on gfx90a in the 64-bit-stride spec with an int64 index. The
+# probability rows keep theirs. NVIDIA and the interpreter launch the kernel above, unchanged.
+_TREE_SAMPLING_KERNEL_AMD = triton.jit(do_not_specialize=[
+    "next_token_ptr", "next_sibling_ptr", "cand_ptr", "coins_ptr", "final_coins_ptr", "mask_ptr", "index_ptr", "predict_ptr",
+    "accept_ptr", "num_correct_ptr", "accept_lens_ptr"])(_tree_sampling_kernel.fn)
+
+
+def _kernel_for(target: KernelTarget):
+    return _TREE_SAMPLING_KERNEL_AMD if target.vendor == "amd" else _tree_sampling_kernel
+
+
 # ----------------------------------------------------------------------------------------------
 # launch config and host function
 
@@ -346,7 +363,7 @@ def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs:
     record_walk_values("verify_tree_sampling", tree, candidates, vocab)
     config = tree_sampling_launch(target, bs, nodes, vocab)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
-    _tree_sampling_kernel[(cdiv(bs, config.requests),)](
+    _kernel_for(target)[(cdiv(bs, config.requests),)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
         draft_probs, *_probs_strides(draft_probs, nodes), target_probs, *_probs_strides(target_probs, nodes),
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens,
@@ -389,8 +406,8 @@ def compile_specs(target: KernelTarget):
                          "TILE_V": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "FMA_DIVIDE": "constexpr"}
             constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILE_V": config.tile_v,
                           "HAS_MASK": has_mask, "HAS_INDEX": has_index, "FMA_DIVIDE": fma_rounds_once(target)}
-            specs.append((_tree_sampling_kernel, signature, constexprs, config.warps, {}, dict(config.options)))
-            specs.append(runtime_specialized(target, _tree_sampling_kernel, signature, constexprs, config.warps,
+            specs.append((_kernel_for(target), signature, constexprs, config.warps, {}, dict(config.options)))
+            specs.append(runtime_specialized(target, _kernel_for(target), signature, constexprs, config.warps,
                                              values={"stride_qb": nodes * vocab, "stride_qn": vocab, "stride_qv": 1, "stride_pb": nodes * vocab,
                                                      "stride_pn": vocab, "stride_pv": 1, "bs": bs, "nodes": nodes, "num_steps": steps,
                                                      "vocab": vocab, "num_masks": bs * nodes if has_mask else 0,
