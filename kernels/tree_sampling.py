@@ -286,6 +286,8 @@ _TREE_SAMPLING_KERNEL_AMD = triton.jit(do_not_specialize=[
 
 
 def _kernel_for(target: KernelTarget):
+    """The kernel object a launch on ``target`` takes (both are module attributes, so
+    ``install_launchers`` pins fp fusion off and installs the fast launcher on each)."""
     return _TREE_SAMPLING_KERNEL_AMD if target.vendor == "amd" else _tree_sampling_kernel
 
 
