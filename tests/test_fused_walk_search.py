@@ -17,7 +17,7 @@ The launches take two bits of the top-k search a pass once no top-p search is le
 (``fused_count_bits`` patched to 1, the sm_100 launches with logprobs at 16+ lanes) at 16-id
 tiles; a row of 1025 tiles takes one bit a pass (the two-bit passes' 10-bit counts hold 1023).
 Top-p's window is stored by groups of 4 lanes and a lane at a time (``fused_window_group``
-patched to 4 and 1).
+patched to 4 and 1), or not used (0, the launches that keep the search on the row).
 
 Each request is one row with no drafts, so its verdict is the final token sampled from the
 processed distribution by its coin; 64 coins spread over [0, 1) per row make the emitted tokens
@@ -88,8 +88,9 @@ PROBE = textwrap.dedent("""
             return sampling_kernels.FusedLaunch(config.requests, block_v, 16, config.warps)
         return launch
     # COUNT_BITS 1: the one-bit search that the launches with a local frame on sm_100 take;
-    # WINDOW_GROUP 4 and 1: top-p's window stored by groups of 4 lanes or a lane at a time
-    for block_v, count_bits, group in ((16, 2, 4), (32, 2, 1), (16, 1, 4), (16, 2, 1)):
+    # WINDOW_GROUP 4 and 1: top-p's window stored by groups of 4 lanes or a lane at a time; 0: the
+    # launches that keep top-p's whole search on the row
+    for block_v, count_bits, group in ((16, 2, 4), (32, 2, 1), (16, 1, 4), (16, 2, 1), (32, 1, 0)):
         sampling_kernels.fused_launch = tiles_of(block_v)
         sampling_kernels.fused_count_bits = lambda target, logprobs_mode, n_pad, bits=count_bits: bits
         sampling_kernels.fused_window_group = lambda target, logprobs_mode, unit_stride, group=group: group
@@ -124,5 +125,5 @@ PROBE = textwrap.dedent("""
 
 def test_fused_walk_searches_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 4 * 9 * 3 + 2
+    assert len(results) == 5 * 9 * 3 + 2
     assert all(results.values()), {case: same for case, same in results.items() if not same}
