@@ -88,6 +88,12 @@ class KernelTarget:
         return self.vendor == "nvidia" and (self.arch or "").startswith("sm_8")
 
     @property
+    def blackwell(self) -> bool:
+        """NVIDIA sm_100 and newer Blackwell parts (sm_10x): a few launches keep a narrower loop
+        there, where the offline compile matrix found local frames only on sm_100."""
+        return self.vendor == "nvidia" and (self.arch or "").startswith("sm_10")
+
+    @property
     def label(self) -> str:
         return f"{self.vendor}:{self.arch or 'cpu'}"
 

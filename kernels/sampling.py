@@ -233,10 +233,29 @@ def _store_window_groups(logits_ptr, row_offsets, scratch, rows, cut_p, vocab, s
 
 
 @triton.jit
-def _window_below(cut_p, cut_k, paused):
-    """Rows whose paused top-p window lies wholly below top-k's prefix: top-k then keeps every
-    level top-p keeps, and its search can stop (as ``_binding`` stops it)."""
-    return paused & (cut_k >= cut_p + WINDOW_SPAN)
+def _top_p_bit(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, p_mass, paused, decided, row_len,
+               num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
+               WINDOW_GROUP: tl.constexpr):
+    """``_bit_pass`` for bit 15 - ``decided``, keeping ``p_mass`` (the mass of the levels below
+    cut_p); after WINDOW_DEPTH bits, where the launch has a window (WINDOW_GROUP > 0), top-p's
+    search pauses (``paused``) to end over its window. Returns (cut_p, cut_k, below_k, p_mass,
+    paused, active_p)."""
+    new_p, cut_k, below_k, mass = _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, decided,
+                                            row_len, num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V)
+    p_mass = tl.where(new_p != cut_p, mass, p_mass)
+    if WINDOW_GROUP > 0:
+        if decided + 1 == WINDOW_DEPTH:
+            paused = active_p
+            active_p = active_p & (paused == 0)
+    return new_p, cut_k, below_k, p_mass, paused, active_p
+
+
+@triton.jit
+def _searches_left(cut_p, cut_k, active_p, active_k, paused):
+    """The (top-p, top-k) searches still to run: ``_binding``'s, and top-k's stopped once its
+    prefix lies above a paused top-p window (top-k then keeps every level top-p keeps)."""
+    active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
+    return active_p, active_k & ((paused & (cut_k >= cut_p + WINDOW_SPAN)) == 0)
 
 
 @triton.jit
@@ -345,16 +364,10 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
             decided = 0  # top bits of the cuts decided so far
             while decided < LEVEL_SEARCH_BITS:
                 if tl.max(active_p.to(tl.int32), axis=0) > 0:
-                    new_p, cut_k, below_k, mass = _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k,
-                                                            decided, row_len, num_blocks, vocab, stride_col, row_max, scale, table_ptr,
-                                                            BLOCK_R, BLOCK_V)
-                    p_mass = tl.where(new_p != cut_p, mass, p_mass)
-                    cut_p = new_p
+                    cut_p, cut_k, below_k, p_mass, paused, active_p = _top_p_bit(
+                        logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, p_mass, paused, decided, row_len,
+                        num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V, WINDOW_GROUP)
                     decided += 1
-                    if WINDOW_GROUP > 0:
-                        if decided == WINDOW_DEPTH:
-                            paused = active_p
-                            active_p = active_p & (paused == 0)
                 else:
                     # Two bits while two are left (16 - decided is odd after an odd number of
                     # one-bit passes) and the packed counts hold a row's tiles (_count_digit).
@@ -365,21 +378,13 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
                                                   LEVEL_SEARCH_BITS - decided - digit_bits, digit_bits, row_len, num_blocks, vocab, stride_col,
                                                   row_max, scale, BLOCK_R, BLOCK_V)
                     decided += digit_bits
-                active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
-                active_k = active_k & (_window_below(cut_p, cut_k, paused) == 0)
+                active_p, active_k = _searches_left(cut_p, cut_k, active_p, active_k, paused)
         else:  # one bit a pass throughout (fused_count_bits)
             for step in range(LEVEL_SEARCH_BITS):
-                new_p, cut_k, below_k, mass = _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k,
-                                                        step, row_len, num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R,
-                                                        BLOCK_V)
-                p_mass = tl.where(new_p != cut_p, mass, p_mass)
-                cut_p = new_p
-                if WINDOW_GROUP > 0:
-                    if step + 1 == WINDOW_DEPTH:
-                        paused = active_p
-                        active_p = active_p & (paused == 0)
-                active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
-                active_k = active_k & (_window_below(cut_p, cut_k, paused) == 0)
+                cut_p, cut_k, below_k, p_mass, paused, active_p = _top_p_bit(
+                    logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, p_mass, paused, step, row_len,
+                    num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V, WINDOW_GROUP)
+                active_p, active_k = _searches_left(cut_p, cut_k, active_p, active_k, paused)
         if WINDOW_GROUP > 0:  # a constexpr: 0 compiles no window search
             if tl.max(paused.to(tl.int32), axis=0) > 0:
                 cut_p = _top_p_in_window(logits_ptr, row_offsets, window_ptr, window_rows, paused, cut_p, p_mass, bound, row_len,
@@ -700,8 +705,7 @@ def fused_count_bits(target: KernelTarget, logprobs_mode: int, n_pad: int) -> in
     COUNT_BITS): 2 (_count_digit's packed counts), except in the launches where that kept a local
     frame at the 128-register cap: raw or processed logprobs at 16 or more lanes on sm_100 (8 B,
     Triton 3.9, offline; frame-free there with one bit a pass; not timed: no Blackwell GPU here)."""
-    blackwell = target.vendor == "nvidia" and (target.arch or "").startswith("sm_10")
-    return 1 if blackwell and logprobs_mode >= 1 and n_pad >= 16 else 2
+    return 1 if target.blackwell and logprobs_mode >= 1 and n_pad >= 16 else 2
 
 
 def fused_window_group(target: KernelTarget, logprobs_mode: int, unit_stride: bool) -> int:
@@ -717,11 +721,10 @@ def fused_window_group(target: KernelTarget, logprobs_mode: int, unit_stride: bo
     at unit stride kept 8 B with groups and 40 B without. Those two keep the row search."""
     if target.vendor == "interpreter":
         return 4 if _GROUPED_WINDOW_STORES else 1
-    blackwell = target.vendor == "nvidia" and (target.arch or "").startswith("sm_10")
     if _GROUPED_WINDOW_STORES:
         if not unit_stride:
             return 1
-        return 0 if blackwell and logprobs_mode == 1 else 4
+        return 0 if target.blackwell and logprobs_mode == 1 else 4
     return 0 if logprobs_mode == 1 and not unit_stride else 1
 
 
