@@ -453,13 +453,17 @@ def draw_coins(bs: int, width: int, device, *, seed, offset, generator, coins, f
 # logprobs of the emitted tokens
 
 
-def _row_logprobs(mode: str, rows: torch.Tensor, probs: Optional[torch.Tensor], logits: torch.Tensor,
-                  lse: Optional[torch.Tensor]) -> torch.Tensor:
-    """(len(rows), V) float32 logprobs of the given rows, processed or raw."""
+def _token_logprobs(mode: str, rows: torch.Tensor, tokens: torch.Tensor, probs: Optional[torch.Tensor], logits: torch.Tensor,
+                    lse: Optional[torch.Tensor]) -> torch.Tensor:
+    """float32 logprobs, processed or raw, of ``tokens`` (n, m) in rows ``rows`` (n,). Only the
+    gathered values are taken the log of: an elementwise log of the whole rows (n, V) cost 135 us
+    a call at bs 64 N 4 V 151936 on the H200 (a log and a gather over 155 MB, where the verify's
+    kernels took 1.7 ms), for the same values."""
     if mode == "processed":
-        return torch.log(probs[rows])
-    x = sanitize_logits(logits[rows])
-    return torch.where(lse[rows, None] > float("-inf"), x - lse[rows, None], torch.full_like(x, float("-inf")))
+        return torch.log(probs[rows[:, None], tokens])
+    x = sanitize_logits(logits[rows[:, None], tokens])
+    row_lse = lse[rows, None]
+    return torch.where(row_lse > float("-inf"), x - row_lse, torch.full_like(x, float("-inf")))
 
 
 def sampled_verdict(verdict: Verdict, mode: Optional[str], top_n: int, probs: Optional[torch.Tensor], logits: torch.Tensor,
@@ -474,8 +478,7 @@ def sampled_verdict(verdict: Verdict, mode: Optional[str], top_n: int, probs: Op
     on_path = accept >= 0
     rows = accept.clamp(min=0).reshape(-1)
     tokens = verdict.predict.to(torch.int64)[rows].clamp(min=0)
-    row_logprobs = _row_logprobs(mode, rows, probs, logits, lse)
-    values = row_logprobs.gather(1, tokens[:, None])[:, 0].reshape(accept.shape)
+    values = _token_logprobs(mode, rows, tokens[:, None], probs, logits, lse)[:, 0].reshape(accept.shape)
     values = torch.where(on_path, values, torch.full_like(values, float("nan")))
     if not top_n:
         return SampledVerdict(verdict, values)
@@ -484,7 +487,7 @@ def sampled_verdict(verdict: Verdict, mode: Optional[str], top_n: int, probs: Op
     # first among equals.
     ranking = probs[rows] if mode == "processed" else sanitize_logits(logits[rows])
     top_ids = torch.sort(ranking, dim=1, descending=True, stable=True).indices[:, :top_n]
-    top_values = row_logprobs.gather(1, top_ids)
+    top_values = _token_logprobs(mode, rows, top_ids, probs, logits, lse)
     shape = (*accept.shape, top_n)
     top_ids = torch.where(on_path[..., None], top_ids[:, :top_n].reshape(shape), torch.full(shape, -1, dtype=torch.int64, device=accept.device))
     top_values = torch.where(on_path[..., None], top_values[:, :top_n].reshape(shape), torch.full(shape, float("nan"), device=accept.device))
