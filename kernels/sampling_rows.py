@@ -134,7 +134,8 @@ def _kept_weights(x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_cut
     ``ids`` (R, L) or (1, L) of their rows. INT32_KEYS: the rank key level * 2^23 + id compared
     as its two int32 parts, (level, id) <= (key_cut >> 23, key_cut & ID_LAST) in lexicographic
     order (levels < 2^16, ids < 2^23): the split passes' choice (H200, bs 64 N 4 V 151936,
-    temperature alone: 0.94x of the int64 key's time, same verdicts). The fused walk keeps the
+    temperature alone: with int32 levels and keys the verify took 0.94x of its time, same
+    verdicts; BENCHMARKS.md, twenty-sixth session). The fused walk keeps the
     int64 key: with int32 keys two of its sm_90 specs (processed logprobs) kept an 8 B local
     frame at the 128-register cap with Triton 3.6 (offline), and it measured 0.97-1.03x."""
     if INT32_KEYS:
