@@ -6,7 +6,9 @@ interpreter with 16-id tiles and chunks of 1, 2, 3 and 10 tiles, on rows chosen 
 combination matter: heavy ties whose top-k cut falls in a middle chunk, logits about 5 levels apart (so that the
 top-p and top-k cuts depend on every 4-bit digit of the level search), every token tied, NaN and
 +inf, an all -inf row, the finite values only in the last chunk, a greedy row, per-request
-temperature/top-k/top-p/min-p tensors and each mask alone. Rows with both masks also check the
+temperature/top-k/top-p/min-p tensors and each mask alone, and tensors whose masks are off in
+every row or in all but one (programs without a searching row skip the search passes' reads).
+Rows with both masks also check the
 searches that stop once one cut lies wholly above the other (``_binding``): either stop made too
 early changes the kept set and fails here (checked by mutation, 2026-11-27). It compares the probabilities bit for
 bit (and the raw log-sum-exp within 1e-5) with the cpu reference, and a tree verified from logits
@@ -64,6 +66,13 @@ PROBE = textwrap.dedent("""
         "top-p only": dict(temperature=0.9, top_p=0.8),
         "temperature only": dict(temperature=1.1),
         "min-p only": dict(temperature=1.0, min_p=0.2),
+        # tensors with every mask off: the host launches the bin passes and every program skips them
+        "tensor parameters, masks off": dict(temperature=temperature, top_k=torch.zeros(rows, dtype=torch.int64),
+                                             top_p=torch.ones(rows)),
+        # programs of 4 rows (launch_with): the first and the last without a searching row, the
+        # middle one with one (row 5)
+        "tensor parameters, one row searching": dict(temperature=temperature, top_k=torch.tensor([0, 0, 0, 0, 0, 9, 0, 0, 0, 0]),
+                                                     top_p=torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 0.8, 1.0, 1.0, 1.0, 1.0])),
     }
     results = {}
     for chunk_len in (16, 32, 48, 160):
@@ -116,5 +125,5 @@ PROBE = textwrap.dedent("""
 
 def test_split_row_processing_matches_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 4 * (6 * 2 + 2) + 2
+    assert len(results) == 4 * (8 * 2 + 2) + 2
     assert all(results.values()), {case: same for case, same in results.items() if not same}
