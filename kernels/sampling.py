@@ -769,9 +769,10 @@ def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, targe
     logits = target_logits.reshape(bs * nodes, vocab)
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     if _every_row_in_parallel(target, bs * nodes):
-        probs, lse = sampling_rows.process_rows(logits, nodes, **sampling, want_lse=logprobs == "raw", target=target)
         accept, final = _coins(bs, nodes, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
                                final_coins=final_coins, target=target)
+        probs, lse, out = _rows_for_walk(tree, candidates, logits, accept, final, sampling, want_lse=logprobs == "raw",
+                                         top_logprobs=top_logprobs, out=out, target=target)
         verdict = verify_kernels.verify_sampling(tree, candidates, probs, accept, final, out=out, target=target)
         return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
     verdict, values = _fused_walk(tree, candidates, logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
@@ -804,6 +805,28 @@ def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
     if target.vendor == "amd":
         return True
     return target.vendor != "interpreter" and rows <= EVERY_ROW_ROWS_PER_SM * target.multiprocessors
+
+
+def _rows_for_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor, accept: torch.Tensor, final: torch.Tensor,
+                   sampling: dict, *, want_lse: bool, top_logprobs: int, out: Optional[Verdict], target: KernelTarget,
+                   record_as_chain: bool = False) -> tuple:
+    """(probs, lse, out) for a sampling walk over (bs*N, V) ``logits`` on the every-row path:
+    where it pays (``sampling_rows.path_rows_pay``) and without top_logprobs, only what the walk
+    reads (``sampling_rows.process_path_rows``: every row at the candidates, each request's final
+    row whole, found by a first walk over the candidates; ``out`` is then that walk's Verdict,
+    which the full walk overwrites), else every row whole (``process_rows``; the top-n
+    alternatives need the path rows)."""
+    rows, vocab = logits.shape
+    nodes = candidates.shape[1]
+    if top_logprobs or not sampling_rows.path_rows_pay(target, rows, vocab):
+        probs, lse = sampling_rows.process_rows(logits, nodes, **sampling, want_lse=want_lse, target=target)
+        return probs, lse, out
+
+    def walk(probs: torch.Tensor) -> Verdict:
+        return verify_kernels.verify_sampling(tree, candidates, probs, accept, final, out=out, target=target,
+                                              record_as_chain=record_as_chain, walk_only=True)
+
+    return sampling_rows.process_path_rows(logits, candidates, walk, **sampling, want_lse=want_lse, target=target)
 
 
 # What the fused walk records (a candidate id < -1 or >= V, a tree link neither -1 nor in [1, N)):
@@ -907,15 +930,18 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
         if logprobs is None or not top_logprobs:
             return semantics.SampledVerdict(verdict, values)
         return _with_top_logprobs(verdict, values, logits, sampling, logprobs, top_logprobs, target)
-    probs, lse = sampling_rows.process_rows(logits, nodes, **sampling, want_lse=logprobs == "raw", target=target)
     accept, final = _coins(bs, steps, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
                            final_coins=final_coins, target=target)
     if draft_probs is None:
         candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
         tree_coins = torch.cat([accept, torch.zeros(bs, 1, dtype=torch.float32, device=accept.device)], dim=1)
-        verdict = verify_kernels.verify_sampling(_chain_tree(bs, steps, draft_ids.device), candidates, probs, tree_coins, final,
-                                                 out=out, target=target, record_as_chain=True)
+        chain = _chain_tree(bs, steps, draft_ids.device)
+        probs, lse, out = _rows_for_walk(chain, candidates, logits, tree_coins, final, sampling, want_lse=logprobs == "raw",
+                                         top_logprobs=top_logprobs, out=out, target=target, record_as_chain=True)
+        verdict = verify_kernels.verify_sampling(chain, candidates, probs, tree_coins, final, out=out, target=target,
+                                                 record_as_chain=True)
     else:
+        probs, lse = sampling_rows.process_rows(logits, nodes, **sampling, want_lse=logprobs == "raw", target=target)
         verdict = verify_kernels.verify_chain_sampling(draft_ids, draft_probs, probs, accept, final, out=out, target=target)
     return semantics.sampled_verdict(verdict, logprobs, top_logprobs, probs, logits, lse)
 

@@ -24,6 +24,13 @@ Launches (the host skips 2-5 when no row can have a top-k or top-p mask):
 6. ``_kept_kernel``: the final cuts, the top-k tie split, each chunk's kept total.
 7. ``_probs_kernel``: the row's kept total, the probabilities (and the log-sum-exp).
 
+A sampling walk reads few of those probabilities: each row's at its request's candidate tokens,
+and one row a request whole (its final node's). Where step 5 on every row would take more than one
+wave of programs, the from-logits verifies (kernels/sampling.py) take ``process_path_rows``
+instead of launch 7: ``_candidate_probs_kernel`` (the candidates' probabilities, every row's
+log-sum-exp), the walk alone (kernels/verify.py, WALK_ONLY), which names each request's final node,
+then ``_probs_kernel`` on those rows alone (FINAL_ROWS); the full walk follows.
+
 ``BLOCK_R`` rows share a program: 1 on a GPU; many under the interpreter (one chunk a row there,
 so that the statistical cases stay a few vectorised programs; tests/test_sampling_split.py runs
 the interpreter with many short chunks).
@@ -32,13 +39,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import triton
 import triton.language as tl
 
 import spec_hal.sampling as semantics
+from spec_hal.types import Verdict
 
 from .launch import KernelTarget, cdiv, next_power_of_2, runtime_specialized
 
@@ -573,32 +581,85 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
 
 
 @triton.jit
-def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, rows_per_request,
-                  temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
-                  tensor_params, table_ptr,
-                  max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, probs_ptr, lse_ptr, chunks,
-                  BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, C_PAD: tl.constexpr, WANT_LSE: tl.constexpr):
-    """Step 5 on this chunk: float32(w) / float32(W') with W' the row's kept total."""
-    chunk = tl.program_id(0)
-    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
+def _processed_row(row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value,
+                   top_p_value, min_p_value, tensor_params, max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, lse_ptr, lse_ok, chunks,
+                   C_PAD: tl.constexpr, WANT_LSE: tl.constexpr):
+    """What step 5 needs of (R,) rows, from the partials of launches 1-6: (greedy, scale,
+    min_weight, row max, argmax, key cut, level cut, kept total); WANT_LSE: the raw log-sum-exp
+    stored where ``lse_ok``."""
     greedy, scale, _, _, min_weight = _row_params(
         row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
         min_p_value, tensor_params)
     row_max, argmax = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)
     if WANT_LSE:
-        tl.store(lse_ptr + row, _row_lse(max_ptr, sum_ptr, row, row_ok, chunks, row_max, C_PAD), mask=row_ok & (row * 0 + chunk == 0))
+        tl.store(lse_ptr + row, _row_lse(max_ptr, sum_ptr, row, row_ok, chunks, row_max, C_PAD), mask=lse_ok)
     key_cut = tl.load(cuts_ptr + row.to(tl.int64) * 2, mask=row_ok, other=0)
     level_cut = tl.load(cuts_ptr + row.to(tl.int64) * 2 + 1, mask=row_ok, other=0)
     lanes = tl.arange(0, C_PAD)
     kept_total = tl.sum(tl.load(kept_ptr + row.to(tl.int64)[:, None] * chunks + lanes[None, :],
                                 mask=row_ok[:, None] & (lanes[None, :] < chunks), other=0), axis=1)
+    return greedy, scale, min_weight, row_max, argmax, key_cut, level_cut, kept_total
+
+
+@triton.jit
+def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, rows_per_request,
+                  temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                  tensor_params, table_ptr,
+                  max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, probs_ptr, lse_ptr, chunks,
+                  accept_ptr, num_correct_ptr, accept_width, requests,
+                  BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, C_PAD: tl.constexpr, WANT_LSE: tl.constexpr, FINAL_ROWS: tl.constexpr):
+    """Step 5 on this chunk: float32(w) / float32(W') with W' the row's kept total. FINAL_ROWS:
+    axis 1 counts requests, and a request's row is its walk's final node, accept_index[b,
+    num_correct[b]] of a Verdict ((requests, accept_width) and (requests,) int32): the whole row
+    that a sampling walk reads (``process_path_rows``); no log-sum-exp then."""
+    chunk = tl.program_id(0)
+    if FINAL_ROWS:
+        request = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+        request_ok = request < requests
+        accepted = tl.load(num_correct_ptr + request, mask=request_ok, other=0)
+        row = tl.load(accept_ptr + request.to(tl.int64) * accept_width + accepted, mask=request_ok, other=-1)
+        row_ok = request_ok & (row >= 0) & (row < rows)  # never otherwise: the walk wrote it
+        row = tl.where(row_ok, row, 0)
+    else:
+        row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+        row_ok = row < rows
+    greedy, scale, min_weight, row_max, argmax, key_cut, level_cut, kept_total = _processed_row(
+        row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
+        min_p_value, tensor_params, max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, lse_ptr, row_ok & (row * 0 + chunk == 0), chunks, C_PAD,
+        WANT_LSE)
     row_offsets = row.to(tl.int64) * stride_row
     ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
     for tile in range(chunk_len // BLOCK_V):
         cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
         kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr, True)
         tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], _probabilities(kept, kept_total), mask=ok)
+
+
+@triton.jit
+def _candidate_probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, rows_per_request,
+                            temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                            tensor_params, table_ptr,
+                            max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, probs_ptr, lse_ptr, chunks, cand_ptr,
+                            BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, C_PAD: tl.constexpr, WANT_LSE: tl.constexpr):
+    """Step 5 at the candidate tokens alone: row r's probabilities at the N = rows_per_request
+    tokens of its request's (requests, N) ``cand`` (ids outside [0, V) skipped; a repeated id
+    writes the same value twice), and every row's log-sum-exp (WANT_LSE): what a sampling walk
+    reads of a row it passes through (``process_path_rows``)."""
+    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    greedy, scale, min_weight, row_max, argmax, key_cut, level_cut, kept_total = _processed_row(
+        row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
+        min_p_value, tensor_params, max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, lse_ptr, row_ok, chunks, C_PAD, WANT_LSE)
+    lanes = tl.arange(0, N_PAD)
+    request = tl.where(row_ok, row // rows_per_request, 0).to(tl.int64)
+    ids = tl.load(cand_ptr + request[:, None] * rows_per_request + lanes[None, :],
+                  mask=row_ok[:, None] & (lanes[None, :] < rows_per_request), other=-1).to(tl.int64)
+    ok = row_ok[:, None] & (ids >= 0) & (ids < vocab)
+    ids = tl.where(ok, ids, 0)
+    row_offsets = row.to(tl.int64) * stride_row
+    x = _sanitized(tl.load(logits_ptr + row_offsets[:, None] + ids * stride_col, mask=ok, other=float("-inf")), ok)
+    kept = _kept_weights(x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr, True)
+    tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + ids, _probabilities(kept, kept_total), mask=ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -743,9 +804,25 @@ def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, to
     return probs, (lse if want_lse else None)
 
 
-def _process_slab(logits: torch.Tensor, probs: torch.Tensor, lse: torch.Tensor, rows_per_request: int, params: dict, *, search: bool,
-                  want_lse: bool, config: SplitLaunch) -> None:
-    """The launches of :func:`process_rows` on at most ``config.rows * MAX_ROW_BLOCKS`` rows."""
+@dataclass
+class _RowPartials:
+    """What launches 1-6 leave for step 5 (the probabilities) on a slab of rows."""
+    row_args: tuple  # (logits, its strides, rows, V, chunk_len)
+    param_args: tuple  # (rows_per_request, the parameters, the exp2 table)
+    chunk_max: torch.Tensor
+    chunk_arg: torch.Tensor
+    chunk_sum: torch.Tensor
+    cuts: torch.Tensor
+    kept: torch.Tensor
+
+    def step5_args(self, probs: torch.Tensor, lse: torch.Tensor) -> tuple:
+        """The arguments ``_probs_kernel`` and ``_candidate_probs_kernel`` share after the row's."""
+        return (*self.param_args, self.chunk_max, self.chunk_arg, self.chunk_sum, self.cuts, self.kept, probs, lse, self.kept.shape[1])
+
+
+def _row_partials(logits: torch.Tensor, rows_per_request: int, params: dict, *, search: bool, want_lse: bool,
+                  config: SplitLaunch) -> _RowPartials:
+    """Launches 1-6 of :func:`process_rows` on at most ``config.rows * MAX_ROW_BLOCKS`` rows."""
     rows, vocab = logits.shape
     device = logits.device
     chunks = config.chunks
@@ -769,8 +846,80 @@ def _process_slab(logits: torch.Tensor, probs: torch.Tensor, lse: torch.Tensor, 
     _kept_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, cuts, kept, chunks,
                        SEARCH=search, BLOCK_R=config.rows, BLOCK_V=config.kept_block, C_PAD=config.c_pad, num_warps=config.warps,
                        **config.search_options)
-    _probs_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, chunk_sum, cuts, kept, probs, lse, chunks,
-                        BLOCK_R=config.rows, BLOCK_V=config.block_v, C_PAD=config.c_pad, WANT_LSE=want_lse, num_warps=config.warps)
+    return _RowPartials(row_args, param_args, chunk_max, chunk_arg, chunk_sum, cuts, kept)
+
+
+def _process_slab(logits: torch.Tensor, probs: torch.Tensor, lse: torch.Tensor, rows_per_request: int, params: dict, *, search: bool,
+                  want_lse: bool, config: SplitLaunch) -> None:
+    """The launches of :func:`process_rows` on at most ``config.rows * MAX_ROW_BLOCKS`` rows."""
+    partials = _row_partials(logits, rows_per_request, params, search=search, want_lse=want_lse, config=config)
+    rows = logits.shape[0]
+    _probs_kernel[(config.chunks, cdiv(rows, config.rows))](
+        *partials.row_args, *partials.step5_args(probs, lse), partials.chunk_arg, partials.chunk_arg, 0, 0,  # no Verdict: int32 placeholders
+        BLOCK_R=config.rows, BLOCK_V=config.block_v, C_PAD=config.c_pad, WANT_LSE=want_lse, FINAL_ROWS=False, num_warps=config.warps)
+
+
+def path_rows_pay(target: KernelTarget, rows: int, vocab: int) -> bool:
+    """Whether a sampling walk over ``rows`` is faster on :func:`process_path_rows` than on
+    :func:`process_rows`: when step 5 on every row takes more than one wave of programs (more
+    chunks than stay resident at once), so that its one row a request finishes sooner. Its two
+    extra launches (the candidates, the first walk) cost more than it saves where every row's step
+    5 is a single wave (H200, bs 1 N 8 V 151936: 1.05-1.08x the time; bs 8 N 8 V 32000:
+    1.03-1.05x), and it gains from two waves on (bs 8 N 8 V 151936 and bs 64 N 4 V 32000:
+    0.82-0.83x with temperature alone; bs 64 N 4 V 151936: 0.73x; BENCHMARKS.md, twenty-seventh
+    session). Rows past one slab (:data:`MAX_ROW_BLOCKS` row blocks) keep process_rows: the path
+    rows have no slabs. The interpreter takes it whenever it fits (tests choose either path)."""
+    config = split_launch(target, rows, vocab)
+    if rows > config.rows * MAX_ROW_BLOCKS:
+        return False
+    if target.vendor == "interpreter":
+        return True
+    resident = SPLIT_RESIDENT_PER_SM.get(target.vendor, PROGRAMS_PER_SM) * target.multiprocessors
+    return cdiv(rows, config.rows) * config.chunks > resident
+
+
+def process_path_rows(logits: torch.Tensor, candidates: torch.Tensor, walk: Callable[[torch.Tensor], Verdict], *, temperature, top_k,
+                      top_p, min_p, want_lse: bool, target: KernelTarget):
+    """(probs (R, V) float32, lse (R,) float32 or None, the walk's Verdict): probs and lse as
+    :func:`process_rows` gives them, but
+    written only where a sampling walk over (requests, N) ``candidates`` (R = requests * N rows,
+    row r of request r // N) reads them: each row's probabilities at its request's N candidate
+    tokens, and the whole row of each request's final node. ``walk(probs)`` runs the walk on the
+    candidate probabilities alone (``verify_sampling(..., walk_only=True)``) and returns its
+    Verdict, whose accept_index at num_correct names that node. Every other entry of ``probs`` is
+    left unwritten. The statistics of every row (launches 1-6) are the same as process_rows'; step
+    5 runs on N candidates a row and on one row a request instead of on all R rows. Rows must
+    fit one slab (:func:`path_rows_pay` checks)."""
+    rows, vocab = logits.shape
+    requests, nodes = candidates.shape
+    device = logits.device
+    probs = torch.empty((rows, vocab), dtype=torch.float32, device=device)
+    lse = torch.empty(rows if want_lse else 1, dtype=torch.float32, device=device)
+    if rows == 0:
+        return probs, (lse if want_lse else None), walk(probs)
+    config = split_launch(target, rows, vocab)
+    params = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    partials = _row_partials(logits, nodes, params, search=cuts_possible(top_k, top_p, vocab), want_lse=want_lse, config=config)
+    block_r = candidate_rows_per_program(target, nodes)
+    _candidate_probs_kernel[(cdiv(rows, block_r),)](
+        logits, logits.stride(0), logits.stride(1), rows, vocab, *partials.step5_args(probs, lse), candidates.contiguous(),
+        BLOCK_R=block_r, N_PAD=max(next_power_of_2(nodes), 2), C_PAD=config.c_pad, WANT_LSE=want_lse, num_warps=config.warps)
+    verdict = walk(probs)
+    _probs_kernel[(config.chunks, cdiv(requests, config.rows))](
+        *partials.row_args, *partials.step5_args(probs, lse), verdict.accept_index, verdict.num_correct, verdict.accept_index.shape[1],
+        requests, BLOCK_R=config.rows, BLOCK_V=config.block_v, C_PAD=config.c_pad, WANT_LSE=False, FINAL_ROWS=True, num_warps=config.warps)
+    return probs, (lse if want_lse else None), verdict
+
+
+def candidate_rows_per_program(target: KernelTarget, nodes: int) -> int:
+    """Rows of ``_candidate_probs_kernel``'s programs: 256 candidates a program on a GPU (one
+    gathered logit a thread of the split launch's 256); the interpreter vectorises them. 512 (two
+    a thread) kept an 8 B local frame at 48 registers in the unit-stride N 4 spec on sm_90 with
+    Triton 3.6 (offline compile matrix; 256 is clean on all six targets with 3.9 and 3.6)."""
+    n_pad = max(next_power_of_2(nodes), 2)
+    if target.vendor == "interpreter":
+        return max(1, 2**14 // n_pad)
+    return max(1, 256 // n_pad)
 
 
 PROVIDERS: dict = {}  # the ops are kernels/sampling.py's; this module is their row processing
@@ -787,6 +936,7 @@ _PARAM_SIGNATURE = {"rows_per_request": "i32", "temperature_ptr": "*fp32", "top_
                     "temperature_value": "fp32", "top_k_value": "i32", "top_p_value": "fp32", "min_p_value": "fp32", "tensor_params": "i32",
                     "table_ptr": "*i64"}
 _PARTIALS = {"max_ptr": "*fp32", "arg_ptr": "*i32"}
+_STEP5 = {**_PARTIALS, "sum_ptr": "*fp32", "cuts_ptr": "*i64", "kept_ptr": "*i64", "probs_ptr": "*fp32", "lse_ptr": "*fp32", "chunks": "i32"}
 
 
 def _kernel_specs(config: SplitLaunch):
@@ -798,10 +948,13 @@ def _kernel_specs(config: SplitLaunch):
         specs.append((_chunk_max_kernel, {**row, **_PARTIALS, "sum_ptr": "*fp32", "chunks": "i32", "BLOCK_R": "constexpr",
                                           "BLOCK_V": "constexpr", "WANT_LSE": "constexpr"},
                       {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "WANT_LSE": want_lse}, {}))
-        specs.append((_probs_kernel, {**row, **params, **_PARTIALS, "sum_ptr": "*fp32", "cuts_ptr": "*i64", "kept_ptr": "*i64",
-                                      "probs_ptr": "*fp32", "lse_ptr": "*fp32", "chunks": "i32", "BLOCK_R": "constexpr",
-                                      "BLOCK_V": "constexpr", "C_PAD": "constexpr", "WANT_LSE": "constexpr"},
-                      {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "C_PAD": config.c_pad, "WANT_LSE": want_lse}, {}))
+        # FINAL_ROWS (process_path_rows) never wants the log-sum-exp
+        for final_rows in (False, True) if not want_lse else (False,):
+            specs.append((_probs_kernel, {**row, **params, **_STEP5, "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_width": "i32",
+                                          "requests": "i32", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "C_PAD": "constexpr",
+                                          "WANT_LSE": "constexpr", "FINAL_ROWS": "constexpr"},
+                          {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "C_PAD": config.c_pad, "WANT_LSE": want_lse,
+                           "FINAL_ROWS": final_rows}, {}))
     for digit in range(SEARCH_DIGITS):
         specs.append((_level_bins_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "search_ptr": "*i64", "chunks": "i32",
                                            "DIGIT": "constexpr", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
@@ -814,20 +967,33 @@ def _kernel_specs(config: SplitLaunch):
     return specs
 
 
+def _candidate_specs(target: KernelTarget, config: SplitLaunch):
+    """``_candidate_probs_kernel``'s launches of :func:`process_path_rows` for trees of N 4 and 16."""
+    signature = {"stride_row": "i64", "stride_col": "i64", "rows": "i32", "vocab": "i32", **_PARAM_SIGNATURE, **_STEP5, "cand_ptr": "*i64",
+                 "BLOCK_R": "constexpr", "N_PAD": "constexpr", "C_PAD": "constexpr", "WANT_LSE": "constexpr"}
+    return [(_candidate_probs_kernel, signature, {"BLOCK_R": candidate_rows_per_program(target, nodes), "N_PAD": nodes,
+                                                  "C_PAD": config.c_pad, "WANT_LSE": want_lse}, {})
+            for nodes in (4, 16) for want_lse in (False, True)]
+
+
 def compile_specs(target: KernelTarget):
-    """Every (kernel, signature, constexprs, num_warps[, attrs]) :func:`process_rows` launches: every
-    logit type generically, bf16 also as the JIT specialises a contiguous production launch."""
+    """Every (kernel, signature, constexprs, num_warps[, attrs]) :func:`process_rows` and
+    :func:`process_path_rows` launch: every logit type generically, bf16 also as the JIT
+    specialises a contiguous production launch."""
     specs = []
     for rows, vocab in _SHAPES:
         config = split_launch(target, rows, vocab)
         logit_types = _LOGIT_TYPES if vocab >= 1024 else ("fp32",)
-        for kernel, signature, constexprs, options in _kernel_specs(config):
+        for kernel, signature, constexprs, options in _kernel_specs(config) + _candidate_specs(target, config):
             for logit_type in logit_types:
                 full = {"logits_ptr": f"*{logit_type}", **signature}
                 specs.append((kernel, full, constexprs, config.warps, {}, options))
                 if logit_type == "bf16":
+                    nodes = constexprs.get("N_PAD", 8)  # a tree of N nodes a request (the candidates' launch: N_PAD = N)
+                    final = constexprs.get("FINAL_ROWS", False)
                     values = {"stride_row": vocab, "stride_col": 1, "rows": rows, "vocab": vocab, "chunk_len": config.chunk_len,
-                              "rows_per_request": 8, "chunks": config.chunks, "top_k_value": 50, "tensor_params": 15}
+                              "rows_per_request": nodes, "chunks": config.chunks, "top_k_value": 50, "tensor_params": 15,
+                              "accept_width": 6 if final else 0, "requests": max(rows // nodes, 1) if final else 0}
                     specs.append(runtime_specialized(target, kernel, full, constexprs, config.warps,
                                                      values={name: value for name, value in values.items() if name in full}) + (options,))
     return specs

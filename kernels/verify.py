@@ -378,7 +378,10 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
                           flag_ptr, flag_code, chain_shift,
                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr,
                           NB_PAD: tl.constexpr, SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr,
-                          READ_AHEAD: tl.constexpr):
+                          READ_AHEAD: tl.constexpr, WALK_ONLY: tl.constexpr):
+    """WALK_ONLY: the walk alone, no final token (predict -1 at the final node; one program a
+    request): its Verdict names each request's final node, the one row whose every probability
+    the full walk then reads (kernels/sampling_rows.py: process_path_rows)."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)
@@ -462,25 +465,29 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
         on_path = tl.where(lanes[None, :] == chosen[:, None], 1, on_path)
         accept = tl.where((width_lanes[None, :] == level[:, None]) & standing[:, None], block_base[:, None] + chosen[:, None], accept)
 
-    rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
-    PIECE: tl.constexpr = SUB if SUB * N_PAD <= 2048 else 2048 // N_PAD  # bounds the final block's token comparison
-    last_row = request_rows + last.to(tl.int64) * stride_pn
-    sums_base = req.to(tl.int64) * (2 * sums_width)
-    first_tile = tl.program_id(1) * tiles_per_chunk
-    end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
-    final_base, final_constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
-    _block_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens, rejected_q,
-                sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
-                BLOCK_R, TILE_V, SUB, False, True, HAS_MASK, READ_AHEAD)
-    if _finishing(counter_ptr, req, req_ok, SPLIT):
-        final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
-        final = _sample_from_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens,
-                                  final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained, mask_width,
-                                  SUB, NB_PAD, PIECE, False, True, HAS_MASK)
-        next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
-        predict = tl.where(on_path != 0, next_tokens, -1)
-        _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
-                       req, req_ok, ok, node_ids, width_lanes, num_steps)
+    if WALK_ONLY:
+        _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, tl.where(on_path != 0, next_tokens, -1), accept,
+                       num_correct, req, req_ok, ok, node_ids, width_lanes, num_steps)
+    else:
+        rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
+        PIECE: tl.constexpr = SUB if SUB * N_PAD <= 2048 else 2048 // N_PAD  # bounds the final block's token comparison
+        last_row = request_rows + last.to(tl.int64) * stride_pn
+        sums_base = req.to(tl.int64) * (2 * sums_width)
+        first_tile = tl.program_id(1) * tiles_per_chunk
+        end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
+        final_base, final_constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
+        _block_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens, rejected_q,
+                    sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
+                    BLOCK_R, TILE_V, SUB, False, True, HAS_MASK, READ_AHEAD)
+        if _finishing(counter_ptr, req, req_ok, SPLIT):
+            final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
+            final = _sample_from_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens,
+                                      final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained,
+                                      mask_width, SUB, NB_PAD, PIECE, False, True, HAS_MASK)
+            next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
+            predict = tl.where(on_path != 0, next_tokens, -1)
+            _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
+                           req, req_ok, ok, node_ids, width_lanes, num_steps)
 
 
 @triton.jit
@@ -910,10 +917,12 @@ def verify_greedy(tree: DraftTree, candidates: torch.Tensor, target_predict: tor
 def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: torch.Tensor, coins: torch.Tensor, final_coins: torch.Tensor,
                     *, threshold_single: float = 1.0, threshold_acc: float = 1.0, token_bitmask: Optional[torch.Tensor] = None,
                     bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget,
-                    record_as_chain: bool = False) -> Verdict:
+                    record_as_chain: bool = False, walk_only: bool = False) -> Verdict:
     """Triton provider of ``verify_sampling`` (arguments validated by the caller; see spec_hal.verify).
     ``record_as_chain``: the tree is a chain whose nodes 1.. are the drafts of a
-    ``verify_chain_sampling`` call; invalid ids are recorded as that op's ``draft_ids``."""
+    ``verify_chain_sampling`` call; invalid ids are recorded as that op's ``draft_ids``.
+    ``walk_only``: the walk without the final token (the kernel's WALK_ONLY): it reads the
+    probabilities at the candidates alone, and predict is -1 at each request's final node."""
     bs, nodes = candidates.shape
     width = tree.num_steps + 1
     vocab = target_probs.shape[-1]
@@ -924,7 +933,7 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
     stride_b, stride_n, stride_v = _probs_strides(target_probs, nodes)
     sums, counters = _final_token_scratch(bs, config, candidates.device, scratch)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
-    _sampling_walk_kernel[(cdiv(bs, config.requests), config.chunks)](
+    _sampling_walk_kernel[(cdiv(bs, config.requests), 1 if walk_only else config.chunks)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
         target_probs, stride_b, stride_n, stride_v, coins.contiguous(), final_coins.contiguous(), float(threshold_single), float(threshold_acc),
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, nodes, tree.num_steps, vocab,
@@ -932,7 +941,8 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
         _CHAIN_SAMPLING_CODE if record_as_chain else _SAMPLING_CODE,
         int(record_as_chain),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, SUB=config.sub,
-        NB_PAD=config.nb_pad, SPLIT=config.chunks > 1, READ_AHEAD=config.read_ahead, **masks.flags, num_warps=config.warps,
+        NB_PAD=config.nb_pad, SPLIT=config.chunks > 1 and not walk_only, READ_AHEAD=config.read_ahead, **masks.flags,
+        WALK_ONLY=walk_only, num_warps=config.warps,
     )
     return out
 
@@ -1115,9 +1125,10 @@ def compile_specs(target: KernelTarget):
             {**walk_links, "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64",
              "coins_ptr": "*fp32", "final_coins_ptr": "*fp32", "threshold_single": "fp32", "threshold_acc": "fp32",
              **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", **final, **flag, "chain_shift": "i32",
-             "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs}},
-            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), **final_constexprs},
-            sampling.warps, masked=masked, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
+             "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs},
+             "WALK_ONLY": "constexpr"},
+            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), **final_constexprs, "WALK_ONLY": False},
+            sampling.warps, masked=masked, extra=({"WALK_ONLY": True, "SPLIT": False},), stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
             vocab=vocab, **final_values, flag_code=_SAMPLING_CODE, chain_shift=0)
         chain_steps = nodes - 1
         # passed_counts (spec_hal.compat.flashinfer's accepted count) at the two masked/production shapes

@@ -12,7 +12,9 @@ Rows with both masks also check the
 searches that stop once one cut lies wholly above the other (``_binding``): either stop made too
 early changes the kept set and fails here (checked by mutation, 2026-11-27). It compares the probabilities bit for
 bit (and the raw log-sum-exp within 1e-5) with the cpu reference, and a tree verified from logits
-through the every-row path (the GPUs' path for small batches) verdict for verdict; and rows
+through the every-row path (the GPUs' path for small batches) verdict for verdict, with every row's
+probabilities and with only the candidates' and each request's final row (``process_path_rows``),
+as is a greedy drafter's chain; and rows
 processed in slabs of whole requests (more row blocks than a CUDA grid axis takes). The bin passes'
 packed token counts are unpacked every 3 tiles (PACKED_TILES; 255 on a GPU); a bin pass skipping the
 mass of a tile that has an id in its top-p window fails here (checked by mutation, 2026-11-27,
@@ -43,6 +45,7 @@ PROBE = textwrap.dedent("""
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
     provider_path_choice = sampling_kernels._every_row_in_parallel
+    path_rows_choice = rows_kernels.path_rows_pay
     generator = torch.Generator().manual_seed(3)
     rows, vocab = 10, 150
     x = torch.randn(rows, vocab, generator=generator) * 3
@@ -94,18 +97,30 @@ PROBE = textwrap.dedent("""
         results[f"chunk_len={chunk_len} raw logprobs"] = bool(same_tokens and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
                                                                                                equal_nan=True))
         # a tree verified from logits through the every-row path (the GPUs' path for small batches;
-        # the interpreter's provider otherwise runs the fused walk)
+        # the interpreter's provider otherwise runs the fused walk), with every row's probabilities
+        # (process_rows) and with the candidates' and the final rows' alone (process_path_rows)
         sampling_kernels._every_row_in_parallel = lambda target, rows: True
         tree, candidates = random_tree(2, 5, 3, seed=4, vocab=vocab)
         tree_logits = x.reshape(2, 5, vocab).clone()
         tree_logits[:, :, 7] = 30.0  # candidates 7 are accepted where they appear
         candidates[:, 1:3] = 7
-        args = dict(temperature=torch.tensor([0.0, 0.9]), top_k=8, top_p=0.9, seed=seed, offset=offset, logprobs="processed")
-        want = reference.verify_sampling_from_logits(tree, candidates, tree_logits, **args)
-        got = kernels.verify_sampling_from_logits(tree, candidates, tree_logits, **args)
-        same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
-        results[f"chunk_len={chunk_len} tree every row"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
-                                                                                        equal_nan=True))
+        chain_logits = x[:8].reshape(2, 4, vocab).clone()
+        chain_logits[:, :, 7] = 2.0
+        chain_drafts = torch.tensor([[7, 7, 3], [7, 0, 7]])
+        for path_rows in (False, True):
+            rows_kernels.path_rows_pay = lambda target, rows, vocab, path_rows=path_rows: path_rows
+            args = dict(temperature=torch.tensor([0.0, 0.9]), top_k=8, top_p=0.9, seed=seed, offset=offset, logprobs="processed")
+            want = reference.verify_sampling_from_logits(tree, candidates, tree_logits, **args)
+            got = kernels.verify_sampling_from_logits(tree, candidates, tree_logits, **args)
+            same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
+            results[f"chunk_len={chunk_len} tree every row, path rows {path_rows}"] = bool(
+                same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
+            args = dict(temperature=torch.tensor([0.7, 1.1]), top_p=torch.tensor([0.95, 0.6]), seed=seed, offset=offset, logprobs="raw")
+            want = reference.verify_chain_sampling_from_logits(chain_drafts, None, chain_logits, **args)
+            got = kernels.verify_chain_sampling_from_logits(chain_drafts, None, chain_logits, **args)
+            results[f"chunk_len={chunk_len} one-hot chain every row, path rows {path_rows}"] = bool(
+                torch.equal(want.verdict.predict, got.verdict.predict) and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
+        rows_kernels.path_rows_pay = path_rows_choice
         sampling_kernels._every_row_in_parallel = provider_path_choice
     # more rows than the grid's row axis takes: slabs of whole requests (CUDA's 65535 programs,
     # here 2 programs of 4 rows), each request's parameters taken from its own slab's offset
@@ -125,5 +140,5 @@ PROBE = textwrap.dedent("""
 
 def test_split_row_processing_matches_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 4 * (8 * 2 + 2) + 2
+    assert len(results) == 4 * (8 * 2 + 5) + 2
     assert all(results.values()), {case: same for case, same in results.items() if not same}

@@ -228,6 +228,46 @@ def test_verify_chain_sampling_from_logits(backend, draft, steps, bs):
     assert_same_verdict(got.verdict, two_step)
 
 
+# 160 rows of 32000 ids and no top_logprobs: where a GPU's every-row processing of them takes more
+# than one wave of programs (132-SM H100 and H200, 148-SM B200, 304-CU MI300), the walk reads only
+# the candidates' probabilities and each request's final row (kernels/sampling_rows.py:
+# process_path_rows, after a first walk finds that row); any other path must agree just the same.
+@pytest.mark.spec_hal_op("verify_sampling_from_logits")
+def test_verify_sampling_from_logits_many_long_rows(backend):
+    _check_many_long_rows(backend, "tree")
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_from_logits")
+def test_verify_chain_sampling_from_logits_many_long_rows(backend):
+    _check_many_long_rows(backend, "chain")
+
+
+def _check_many_long_rows(backend, op: str) -> None:
+    bs, vocab = 40, 32000
+    params = _mixed_params(bs, vocab, seed=43)
+    seed, offset = _seeds(bs, seed=44)
+    device = backend.device
+    dev = lambda t: t.to(device)  # noqa: E731
+    kwargs = {**_params_to(params, device), "seed": dev(seed), "offset": dev(offset)}
+    if op == "tree":
+        tree, candidates, logits = _tree_inputs(bs, 4, 3, vocab, seed=41, dtype=torch.bfloat16)
+        expected = reference.verify_sampling_from_logits(tree, candidates, logits, **params, seed=seed, offset=offset, logprobs="processed")
+        inputs = (tree_to(tree, device), dev(candidates), embedded_input(logits, device, margin_value=50.0))
+        with no_host_sync(device):
+            got = backend.verify_sampling_from_logits(*inputs, **kwargs, logprobs="processed")
+    else:  # a greedy drafter's chain: the tree walk over the chain's rows
+        steps = 3
+        draft_ids = torch.randint(0, 4, (bs, steps), generator=torch.Generator().manual_seed(45))
+        logits = logits_rows(bs * (steps + 1), vocab, seed=46)
+        logits[:, :4] += 3.0
+        expected = reference.verify_chain_sampling_from_logits(draft_ids, None, logits, **params, seed=seed, offset=offset, logprobs="raw")
+        inputs = (dev(draft_ids), None, embedded_input(logits, device, margin_value=50.0))
+        with no_host_sync(device):
+            got = backend.verify_chain_sampling_from_logits(*inputs, **kwargs, logprobs="raw")
+    assert_same_verdict(got.verdict, expected.verdict)
+    _assert_logprobs_close(got.logprobs, expected.logprobs)
+
+
 # ----------------------------------------------------------------------------------------------
 # losslessness (statistical), batch invariance, reproducibility
 
