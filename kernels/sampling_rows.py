@@ -881,10 +881,10 @@ def path_rows_pay(target: KernelTarget, rows: int, vocab: int) -> bool:
 def process_path_rows(logits: torch.Tensor, candidates: torch.Tensor, walk: Callable[[torch.Tensor], Verdict], *, temperature, top_k,
                       top_p, min_p, want_lse: bool, target: KernelTarget):
     """(probs (R, V) float32, lse (R,) float32 or None, the walk's Verdict): probs and lse as
-    :func:`process_rows` gives them, but
-    written only where a sampling walk over (requests, N) ``candidates`` (R = requests * N rows,
-    row r of request r // N) reads them: each row's probabilities at its request's N candidate
-    tokens, and the whole row of each request's final node. ``walk(probs)`` runs the walk on the
+    :func:`process_rows` gives them, but written only where a sampling walk over (requests, N)
+    ``candidates`` (R = requests * N rows, row r of request r // N) reads them: each row's
+    probabilities at its request's N candidate tokens, and the whole row of each request's final
+    node. ``walk(probs)`` runs the walk on the
     candidate probabilities alone (``verify_sampling(..., walk_only=True)``) and returns its
     Verdict, whose accept_index at num_correct names that node. Every other entry of ``probs`` is
     left unwritten. The statistics of every row (launches 1-6) are the same as process_rows'; step
