@@ -53,3 +53,30 @@ def test_amd_keeps_about_four_programs_a_cu():
     """No AMD GPU here measured the wave rule: AMD keeps cdiv(4 x CUs, rows) chunks a row."""
     assert sampling_rows.split_launch(MI300X, 64, 151936).chunks == cdiv(151936, cdiv(cdiv(151936, cdiv(4 * 304, 64)), 1024) * 1024)
     assert sampling_rows.split_launch(MI300X, 16, 32000).chunks == 32
+
+
+@pytest.mark.parametrize("rows,vocab,pays", [
+    (8, 151936, False),    # bs 1 N 8: one wave of every-row programs (measured 1.05-1.08x on the path rows)
+    (37, 151936, False),   # 7 chunks x 37 rows = 259 programs: still one wave of 264
+    (38, 151936, True),    # 266 programs: two waves
+    (64, 151936, True),    # bs 8 N 8 (measured 0.83x)
+    (64, 32000, False),    # bs 8 N 8 at V 32000: one wave (measured 1.03-1.05x)
+    (132, 32000, False),
+    (133, 32000, True),
+    (256, 32000, True),    # bs 64 N 4 (measured 0.82x)
+    (44, 128256, False),
+    (45, 128256, True),
+])
+def test_path_rows_from_two_waves_of_every_row_programs(rows, vocab, pays):
+    """``path_rows_pay`` (kernels/sampling_rows.py): the walk's rows alone where step 5 over every
+    row would take more than one wave of 2 programs an SM (132 SMs here)."""
+    assert sampling_rows.path_rows_pay(H100, rows, vocab) is pays
+
+
+def test_path_rows_limits():
+    """No path rows past one slab of row blocks (they have no slabs); on AMD from more chunks than
+    about 4 programs a CU; the interpreter takes them whenever they fit."""
+    assert not sampling_rows.path_rows_pay(H100, sampling_rows.MAX_ROW_BLOCKS + 1, 32000)
+    assert sampling_rows.path_rows_pay(MI300X, 5000, 151936)
+    assert not sampling_rows.path_rows_pay(MI300X, 4, 32000)
+    assert sampling_rows.path_rows_pay(KernelTarget("interpreter", None, 1, 1), 3, 10)
