@@ -1,5 +1,6 @@
 """The every-row processing's launch (kernels/sampling_rows.py: ``split_launch``): how a row is cut
-into chunks on each vendor. Pure host arithmetic; the kernels' results do not depend on it
+into chunks on each vendor, and where a from-logits verify computes only its walk's rows
+(``path_rows_pay``). Pure host arithmetic; the kernels' results do not depend on it
 (tests/test_sampling_split.py runs them at 1-10 chunks a row)."""
 import pytest
 
