@@ -864,13 +864,17 @@ def final_token_scratch_sizes(bs: int, config: SamplingLaunch) -> tuple[int, int
     return bs * 4 * config.sums_width, bs if config.chunks > 1 else 0
 
 
-def _final_token_scratch(bs: int, config: SamplingLaunch, device, parts: Optional[list]) -> tuple[torch.Tensor, torch.Tensor]:
+def _final_token_scratch(bs: int, config: SamplingLaunch, device, parts: Optional[list], *,
+                         walk_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(block sums int64, arrival counters int32 zeroed; the sums buffer stands in when there is no
-    split): over the two int32 ``parts`` of final_token_scratch_sizes, or fresh buffers if None."""
+    split): over the two int32 ``parts`` of final_token_scratch_sizes, or fresh buffers if None.
+    ``walk_only``: a launch that reads neither (WALK_ONLY, no split) gets them unzeroed: no fill."""
     if parts is None:
         parts = int32_parts(final_token_scratch_sizes(bs, config), device)
     sums = parts[0].view(torch.int64)
-    return sums, parts[1].zero_() if config.chunks > 1 else sums
+    if config.chunks == 1:
+        return sums, sums
+    return sums, parts[1] if walk_only else parts[1].zero_()
 
 
 def _probs_strides(probs: torch.Tensor, rows: int) -> tuple[int, int, int]:
@@ -931,7 +935,7 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
     if bs == 0:
         return out
     stride_b, stride_n, stride_v = _probs_strides(target_probs, nodes)
-    sums, counters = _final_token_scratch(bs, config, candidates.device, scratch)
+    sums, counters = _final_token_scratch(bs, config, candidates.device, scratch, walk_only=walk_only)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _sampling_walk_kernel[(cdiv(bs, config.requests), 1 if walk_only else config.chunks)](
         tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
