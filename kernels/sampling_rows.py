@@ -9,25 +9,32 @@ bs 1, V 151936 on the H100, 2.4-6x slower than the torch code it replaces at bs 
 
 Here each pass is one launch over a (chunks, row blocks) grid. A program owns ``chunk_len``
 consecutive ids of its rows and writes a few numbers per chunk that the next launch combines
-(every combined sum is of exact integers, so the order does not matter). The cut searches go 4
-bits at a time: a pass counts the tokens (top-k) and sums the weights (top-p) in the 16 level
-bins of the current window, so the 16-bit level search is 4 passes, not 16. The last one also
-gives each chunk's count of tokens at the top-k cut level, so the tie split needs no search
-over ids: the one chunk that holds the need-th tied token finds its id.
+(every combined sum is of exact integers, so the order does not matter). The cut searches of the
+16-bit levels take two passes. The first counts the tokens (top-k) and sums the weights (top-p)
+in 16 bins of 4096 levels, which decides each cut's top 4 bits: a window of 4096 levels that
+holds it. The second counts, per chunk, the tokens at every level of the windows with global
+atomics; a token's weight is a function of its level, so those counts give the exact weight of
+every level too, and one program per row reads the cuts off them. The chunks' counts at the top-k
+cut level give the tie split without a search over ids: the one chunk that holds the need-th
+tied token finds its id.
 
 Launches (the host skips 2-5 when no row can have a top-k or top-p mask):
 
 1. ``_chunk_max_kernel``: each chunk's max, its lowest argmax and sum exp(x - chunk max).
-2-5. ``_level_bins_kernel`` with DIGIT 0..3: the search state after DIGIT digits (level prefixes
-   and what lies below them, derived from the previous launch's bins; the chunk-0 program stores
-   it for the next launch), then this chunk's 16 bins of the window below the prefixes.
-6. ``_kept_kernel``: the final cuts, the top-k tie split, each chunk's kept total.
-7. ``_probs_kernel``: the row's kept total, the probabilities (and the log-sum-exp).
+2. ``_level_bins_kernel``: this chunk's 16 bins of 4096 levels (count and weight).
+3. ``_window_counts_kernel``: the first digit of each search from 2's bins (the chunk-0 program
+   stores it), then this chunk's token count at each level of the two windows (after a fill
+   that zeroes the counts).
+4. ``_window_fold_kernel`` (grid: window tiles, row blocks): the chunks' counts summed, and each
+   tile's weight (top-p) and count (top-k); ``_window_cuts_kernel`` (one program per row block):
+   the exact cuts, from the tiles' sums and the one tile that holds each cut.
+5. ``_kept_kernel``: the final cuts, the top-k tie split, each chunk's kept total.
+6. ``_probs_kernel``: the row's kept total, the probabilities (and the log-sum-exp).
 
 A sampling walk reads few of those probabilities: each row's at its request's candidate tokens,
 and one row a request whole (its final node's). Where step 5 on every row would take more than one
 wave of programs, the from-logits verifies (kernels/sampling.py) take ``process_path_rows``
-instead of launch 7: ``_candidate_probs_kernel`` (the candidates' probabilities, every row's
+instead of launch 6: ``_candidate_probs_kernel`` (the candidates' probabilities, every row's
 log-sum-exp), the walk alone (kernels/verify.py, WALK_ONLY), which names each request's final node,
 then ``_probs_kernel`` on those rows alone (FINAL_ROWS); the full walk follows.
 
@@ -62,12 +69,15 @@ ID_LAST = tl.constexpr((1 << semantics.ID_BITS) - 1)
 LOG2E_SCALED = tl.constexpr(semantics.LOG2E_SCALED)
 MIN_TOP_P = tl.constexpr(semantics.MIN_TOP_P)
 KEEP_ALL_KEY = tl.constexpr(semantics.LEVEL_MAX * (1 << semantics.ID_BITS) + (1 << semantics.ID_BITS) - 1)
-# The level search: 4 digits of 4 bits (LEVEL_MAX < 2^16), 16 bins a pass.
-SEARCH_DIGITS = 4
-DIGITS = tl.constexpr(SEARCH_DIGITS)
+# The level search (LEVEL_MAX < 2^16): the first pass decides the top 4 bits in 16 bins, which
+# leaves a window of 2^12 levels for the second.
 DIGIT_BINS = tl.constexpr(16)
+FIRST_SHIFT = tl.constexpr(12)
+WINDOW_LEVELS = 1 << 12
+WINDOW = tl.constexpr(WINDOW_LEVELS)
 PACKED_TILES = tl.constexpr(255)  # tiles a lane counts in 8-bit fields before they are unpacked (one id a lane a tile)
 SEARCH_FIELDS = tl.constexpr(5)  # (top-p prefix, mass below it, top-k prefix, count below it, total weight)
+CUT_FIELDS = tl.constexpr(4)  # (top-p cut, top-k cut, count below the top-k cut, its offset in the window or -1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,25 +273,18 @@ def _row_lse(max_ptr, sum_ptr, row, row_ok, chunks, row_max, C_PAD: tl.constexpr
 
 
 @triton.jit
-def _bins_offsets(digit, row, chunk, rows, chunks):
-    """(R, 16) offsets of the mass bins of (digit, row, chunk); the count bins follow at +16."""
-    base = ((digit * rows + row.to(tl.int64)) * chunks + chunk) * (2 * DIGIT_BINS)
-    return base[:, None] + tl.arange(0, DIGIT_BINS)[None, :]
-
-
-@triton.jit
-def _chunk_bins(bins_ptr, digit, row, row_ok, rows, chunks, lanes, COUNTS: tl.constexpr):
-    """The mass bins (COUNTS: the count bins) of a digit's pass at chunks ``lanes`` (L,) of (R,)
-    rows: (R, L, 16) int64, 0 past ``chunks``."""
-    base = ((digit * rows + row.to(tl.int64)[:, None]) * chunks + lanes[None, :]) * (2 * DIGIT_BINS) + COUNTS * DIGIT_BINS
+def _chunk_bins(bins_ptr, row, row_ok, chunks, lanes, COUNTS: tl.constexpr):
+    """The first pass's mass bins (COUNTS: its count bins) at chunks ``lanes`` (L,) of (R,) rows:
+    (R, L, 16) int64, 0 past ``chunks``."""
+    base = (row.to(tl.int64)[:, None] * chunks + lanes[None, :]) * (2 * DIGIT_BINS) + COUNTS * DIGIT_BINS
     offsets = base[:, :, None] + tl.arange(0, DIGIT_BINS)[None, None, :]
     ok = (row_ok[:, None] & (lanes[None, :] < chunks))[:, :, None]
     return tl.load(bins_ptr + offsets, mask=ok, other=0)
 
 
 @triton.jit
-def _summed_bins(bins_ptr, digit, row, row_ok, rows, chunks, C_PAD: tl.constexpr):
-    """(mass bins, count bins), (R, 16) int64 each, of a digit's pass summed over the chunks.
+def _summed_bins(bins_ptr, row, row_ok, chunks, C_PAD: tl.constexpr):
+    """(mass bins, count bins), (R, 16) int64 each, of the first pass summed over the chunks.
     The chunks' bins are loaded 8 chunks at a time, every load issued before the sums: a loop
     over the chunks waited for each chunk's bins in turn (H100, bs 1 N 16 V 32000 at 32 chunks a
     row: the from-logits verify took 101.9 us with these loads, 113.3 with the loop); all C_PAD
@@ -292,8 +295,8 @@ def _summed_bins(bins_ptr, digit, row, row_ok, rows, chunks, C_PAD: tl.constexpr
     GROUP: tl.constexpr = 8 if C_PAD > 8 else C_PAD
     for group in tl.static_range(C_PAD // GROUP):
         lanes = group * GROUP + tl.arange(0, GROUP)
-        mass += tl.sum(_chunk_bins(bins_ptr, digit, row, row_ok, rows, chunks, lanes, False), axis=1)
-        count += tl.sum(_chunk_bins(bins_ptr, digit, row, row_ok, rows, chunks, lanes, True), axis=1)
+        mass += tl.sum(_chunk_bins(bins_ptr, row, row_ok, chunks, lanes, False), axis=1)
+        count += tl.sum(_chunk_bins(bins_ptr, row, row_ok, chunks, lanes, True), axis=1)
     return mass, count
 
 
@@ -302,7 +305,7 @@ def _next_digit(prefix, below, before, holds, use, shift):
     """One search's next digit at ``shift``: the largest bin j whose candidate prefix | (j << shift)
     is <= LEVEL_MAX and ``holds`` (R, 16) (the search's predicate on the bins' ``before`` sums);
     (new prefix, new sum below it), unchanged for rows that do not ``use`` the search (0 for rows
-    that never search, the stopped prefix for ``_binding``'s stopped ones)."""
+    that never search)."""
     bins = tl.arange(0, DIGIT_BINS)[None, :]
     candidate = prefix[:, None] + (bins.to(tl.int64) << shift)
     digit = tl.max(tl.where((candidate <= LEVEL_MAX) & holds, bins, 0), axis=1)
@@ -314,61 +317,59 @@ def _next_digit(prefix, below, before, holds, use, shift):
 @triton.jit
 def _binding(prefix_p, prefix_k, use_top_p, use_top_k):
     """(top-p, top-k) searches still to run, given the prefixes of their cuts decided so far:
-    with the top b of the 16 bits decided (4 a digit here, 1 a step in the fused walk's bitwise
-    search) each cut lies in [prefix, prefix + 2^(16 - b) - 1] and both prefixes are multiples of
-    2^(16 - b), so prefix_p > prefix_k puts the whole range of cut_p above cut_k's.
-    Then top-p (level <= cut_p) keeps every token top-k keeps and changes nothing: its search
-    stops, its prefix (still above cut_k) standing in for cut_p; the same for top-k (keys up to
-    level cut_k) when prefix_k > prefix_p. Only rows with both masks stop one (the top-p mass
-    bins, an int64 one-hot, are about a quarter of a bin pass)."""
+    with the top b of the 16 bits decided (4 after the first pass here, 1 a step in the fused
+    walk's bitwise search) each cut lies in [prefix, prefix + 2^(16 - b) - 1] and both prefixes
+    are multiples of 2^(16 - b), so prefix_p > prefix_k puts the whole range of cut_p above
+    cut_k's. Then top-p (level <= cut_p) keeps every token top-k keeps and changes nothing: its
+    search stops, its prefix (still above cut_k) standing in for cut_p; the same for top-k (keys
+    up to level cut_k) when prefix_k > prefix_p."""
     p_above = use_top_k & (prefix_p > prefix_k)
     k_above = use_top_p & (prefix_k > prefix_p)
     return use_top_p & (p_above == 0), use_top_k & (k_above == 0)
 
 
 @triton.jit
-def _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k, top_p, top_k, DECIDED: tl.constexpr,
-                  C_PAD: tl.constexpr):
-    """The cut searches after DECIDED digits (0..4): (top-p prefix, the mass of the levels below
-    it, top-k prefix, the count of the levels below it, the total weight), int64 (R,) each.
+def _first_digit(bins_ptr, row, row_ok, chunks, use_top_p, use_top_k, top_p, top_k, C_PAD: tl.constexpr):
+    """The cut searches after the first pass: (top-p prefix, the mass of the levels below it,
+    top-k prefix, the count of the levels below it, the total weight), int64 (R,) each.
 
-    Digit d of both searches is decided from pass d's bins, as the bitwise search of the one-pass
-    kernel decides its bits: the largest candidate prefix | (j << shift) that is <= LEVEL_MAX and
-    keeps the predicate true (top-p: float64(mass below) < top_p * float64(total); top-k: count
-    below < k). Both predicates are monotone in the candidate, so this is the same largest level.
-    A search that ``_binding`` stops keeps the prefix it had: a bound that changes no kept token."""
+    The first digit of both searches is the largest candidate prefix j << 12 that is <= LEVEL_MAX
+    and keeps the predicate true (top-p: float64(mass below) < top_p * float64(total); top-k:
+    count below < k). Both predicates are monotone in the candidate, so each cut lies in the
+    window of 4096 levels from its prefix."""
     zero = tl.zeros_like(row).to(tl.int64)
-    prefix_p, below_p, prefix_k, below_k, total = zero, zero, zero, zero, zero
-    if DECIDED > 0:
-        if DECIDED > 1:
-            state = search_ptr + (row.to(tl.int64) * (DIGITS - 1) + DECIDED - 2) * SEARCH_FIELDS
-            prefix_p = tl.load(state, mask=row_ok, other=0)
-            below_p = tl.load(state + 1, mask=row_ok, other=0)
-            prefix_k = tl.load(state + 2, mask=row_ok, other=0)
-            below_k = tl.load(state + 3, mask=row_ok, other=0)
-            total = tl.load(state + 4, mask=row_ok, other=0)
-        mass, count = _summed_bins(bins_ptr, DECIDED - 1, row, row_ok, rows, chunks, C_PAD)
-        if DECIDED == 1:
-            total = tl.sum(mass, axis=1)  # the first window holds every level
-        shift = 12 - 4 * (DECIDED - 1)
-        use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k)
-        mass_before = tl.cumsum(mass, axis=1) - mass
-        holds_p = (below_p[:, None] + mass_before).to(tl.float64) < (top_p * total.to(tl.float64))[:, None]
-        prefix_p, below_p = _next_digit(prefix_p, below_p, mass_before, holds_p, use_top_p, shift)
-        count_before = tl.cumsum(count, axis=1) - count
-        prefix_k, below_k = _next_digit(prefix_k, below_k, count_before, below_k[:, None] + count_before < top_k[:, None], use_top_k,
-                                        shift)
+    mass, count = _summed_bins(bins_ptr, row, row_ok, chunks, C_PAD)
+    total = tl.sum(mass, axis=1)  # the first pass's bins hold every level
+    mass_before = tl.cumsum(mass, axis=1) - mass
+    holds_p = mass_before.to(tl.float64) < (top_p * total.to(tl.float64))[:, None]
+    prefix_p, below_p = _next_digit(zero, zero, mass_before, holds_p, use_top_p, FIRST_SHIFT)
+    count_before = tl.cumsum(count, axis=1) - count
+    prefix_k, below_k = _next_digit(zero, zero, count_before, count_before < top_k[:, None], use_top_k, FIRST_SHIFT)
     return prefix_p, below_p, prefix_k, below_k, total
 
 
 @triton.jit
-def _store_search_state(search_ptr, row, store_ok, prefix_p, below_p, prefix_k, below_k, total, DECIDED: tl.constexpr):
-    state = search_ptr + (row.to(tl.int64) * (DIGITS - 1) + DECIDED - 1) * SEARCH_FIELDS
-    tl.store(state, prefix_p, mask=store_ok)
-    tl.store(state + 1, below_p, mask=store_ok)
-    tl.store(state + 2, prefix_k, mask=store_ok)
-    tl.store(state + 3, below_k, mask=store_ok)
-    tl.store(state + 4, total, mask=store_ok)
+def _summed_window(counts_ptr, row, row_ok, chunks, offsets, SEARCH: tl.constexpr, C_PAD: tl.constexpr):
+    """(R, T) int64: the window counts of search SEARCH at levels ``offsets`` (T,) summed over the
+    chunks, 8 chunks a load in a loop to ``chunks`` (all C_PAD chunks of 256 levels in one load,
+    or a loop to C_PAD, spilled 78-93 SGPRs on gfx90a/gfx942/gfx950 at 32 chunks in the generic
+    spec; offline compile matrix)."""
+    total = tl.zeros([row.shape[0], offsets.shape[0]], dtype=tl.int64)
+    GROUP: tl.constexpr = 8 if C_PAD > 8 else C_PAD
+    for first in range(0, chunks, GROUP):
+        lanes = first + tl.arange(0, GROUP)
+        total += tl.sum(_window_counts(counts_ptr, row, row_ok, chunks, lanes, offsets[None, :], SEARCH), axis=1).to(tl.int64)
+    return total
+
+
+@triton.jit
+def _window_counts(counts_ptr, row, row_ok, chunks, lanes, offsets, SEARCH: tl.constexpr):
+    """The count of tokens at window levels ``offsets`` ((R, T) or (1, T), in [0, 4096)) of search
+    SEARCH (0: top-p, 1: top-k) in each of chunks ``lanes`` (L,) of (R,) rows: (R, L, T) int32, 0
+    past ``chunks`` and where not ``row_ok``."""
+    base = ((row.to(tl.int64)[:, None] * chunks + lanes[None, :]) * 2 + SEARCH) * WINDOW
+    ok = (row_ok[:, None] & (lanes[None, :] < chunks))[:, :, None]
+    return tl.load(counts_ptr + base[:, :, None] + offsets[:, None, :], mask=ok, other=0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -420,10 +421,10 @@ def _unpacked_counts(low, high):
 def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, rows_per_request,
                        temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
                        tensor_params, table_ptr,
-                       max_ptr, arg_ptr, bins_ptr, search_ptr, chunks,
-                       DIGIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, C_PAD: tl.constexpr):
-    """Pass DIGIT of the cut searches: this chunk's weight (top-p rows) and token count (top-k
-    rows) in each of the 16 bins of width 2^(12 - 4 DIGIT) levels above the prefixes."""
+                       max_ptr, arg_ptr, bins_ptr, chunks,
+                       BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, C_PAD: tl.constexpr):
+    """The first pass of the cut searches: this chunk's weight (top-p rows) and token count (top-k
+    rows) in each of the 16 bins of 4096 levels."""
     chunk = tl.program_id(0)
     row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = row < rows
@@ -432,23 +433,7 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
         min_p_value, tensor_params)
     use_top_p = row_ok & (greedy == 0) & (top_p < 1)
     use_top_k = row_ok & (greedy == 0) & (top_k > 0)
-    zero = tl.zeros([BLOCK_R], dtype=tl.int64)
-    prefix_p, below_p, prefix_k, below_k, total = zero, zero, zero, zero, zero
-    row_max = tl.zeros([BLOCK_R], dtype=tl.float32)
-    # A program none of whose rows searches (tensor parameters with the masks off) reads no
-    # partials: the search state and the row max are chains of dependent loads, and its readers
-    # use them only where a row searches (H200, bs 64 N 4 V 151936, temperature alone: the four
-    # launches took 59 us a call). Its bins and state are stored as zeros, so nothing reads
-    # uninitialised memory.
-    if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
-        prefix_p, below_p, prefix_k, below_k, total = _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k,
-                                                                    top_p, top_k, DIGIT, C_PAD)
-        row_max = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)[0]
-    if DIGIT > 0:
-        _store_search_state(search_ptr, row, row_ok & (row * 0 + chunk == 0), prefix_p, below_p, prefix_k, below_k, total, DIGIT)
-    use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k)
     row_offsets = row.to(tl.int64) * stride_row
-    shift = 12 - 4 * DIGIT
     bins = tl.arange(0, DIGIT_BINS)[None, :, None]
     # Per-lane sums, reduced once after the chunk (a reduction per tile, two (tile, 16) sums
     # through shared memory, made this pass 4x slower on the H100). The bins are the middle axis
@@ -460,18 +445,12 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
     any_top_p = tl.max(use_top_p.to(tl.int32), axis=0) > 0
     any_top_k = tl.max(use_top_k.to(tl.int32), axis=0) > 0
     tiles = chunk_len // BLOCK_V
+    # A program none of whose rows searches (tensor parameters with the masks off) reads no
+    # partials nor logits (the row max is a chain of dependent loads): its bins are stored as
+    # zeros, so nothing reads uninitialised memory.
     if any_top_p | any_top_k:
+        row_max = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)[0]
         ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
-        # Past the first digit a row's top-p window spans 4096, 256 or 16 levels and often holds
-        # no id of a tile: the mass one-hot is skipped for such a tile (it would add zeros).
-        # Finding that out costs a reduction over the program's warps, paid only while at most a
-        # quarter of the tiles checked so far had an id in the window (H100, same lease, against
-        # the passes reading ahead alone: the verify at bs 8 N 8 and bs 64 N 4 took 0.92-0.95x of
-        # its time at V 32000, 0.97x at V 151936; on randn rows, whose window holds an id in
-        # nearly every tile, a check at every tile cost 1.04-1.07x, this rule 1.00-1.03x;
-        # BENCHMARKS.md, twenty-first session).
-        tiles_hit = 0
-        tiles_checked = 0
         for first in range(0, tiles, PACKED_TILES):
             # The counts of a lane's ids, 8 bits a bin (_packed_count: a shift and two int64 adds an
             # id, where a 16-bin int32 one-hot compared and added 16 times), unpacked every
@@ -481,35 +460,206 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
             for tile in range(first, tl.minimum(first + PACKED_TILES, tiles)):
                 cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
                 level = _levels(x, row_max, scale, tl.int32)
+                digit = level >> FIRST_SHIFT
                 if any_top_p:
-                    above = level - prefix_p.to(tl.int32)[:, None]
-                    in_window = ok & use_top_p[:, None] & (above >= 0) & (above < (16 << shift))
-                    needed = True
-                    if DIGIT > 0:
-                        if tiles_hit * 4 <= tiles_checked:
-                            hit = tl.max(tl.max(in_window.to(tl.int32), axis=1), axis=0)
-                            tiles_hit += hit
-                            tiles_checked += 1
-                            needed = hit > 0
-                    if needed:
-                        weight = _weights(level, table_ptr, in_window)
-                        mass += tl.where((above >> shift).to(tl.int32)[:, None, :] == bins, weight[:, None, :], 0)
+                    counted = ok & use_top_p[:, None]
+                    weight = _weights(level, table_ptr, counted)
+                    mass += tl.where(digit[:, None, :] == bins, weight[:, None, :], 0)
                 if any_top_k:
-                    above = level - prefix_k.to(tl.int32)[:, None]
-                    in_window = ok & use_top_k[:, None] & (above >= 0) & (above < (16 << shift))
-                    packed_low, packed_high = _packed_count(packed_low, packed_high, (above >> shift).to(tl.int32), in_window)
+                    packed_low, packed_high = _packed_count(packed_low, packed_high, digit, ok & use_top_k[:, None])
             if any_top_k:
                 count += _unpacked_counts(packed_low, packed_high)
-    offsets = _bins_offsets(DIGIT, row, chunk, rows, chunks)
+    offsets = (row.to(tl.int64) * chunks + chunk)[:, None] * (2 * DIGIT_BINS) + tl.arange(0, DIGIT_BINS)[None, :]
     tl.store(bins_ptr + offsets, tl.sum(mass, axis=2), mask=row_ok[:, None])
     tl.store(bins_ptr + offsets + DIGIT_BINS, count, mask=row_ok[:, None])
+
+
+@triton.jit
+def _count_in_window(window, above, inside, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Add one at ``window`` (R,) + ``above`` (R, BLOCK_V) for each id ``inside``, with relaxed
+    atomics. A group of 128 ids (a warp's, on NVIDIA) whose ids inside share one level adds its
+    count at once: atomic adds at one address wait on each other, and every id of a constant row
+    (or of a run of equal logits) has one level (H200, 256 rows of 151936 zeros: 1202 us with an
+    add an id)."""
+    GROUP: tl.constexpr = 128 if BLOCK_V > 128 else BLOCK_V
+    above = tl.reshape(above, (BLOCK_R, BLOCK_V // GROUP, GROUP))
+    inside = tl.reshape(inside, (BLOCK_R, BLOCK_V // GROUP, GROUP))
+    low = tl.min(tl.where(inside, above, WINDOW), axis=2)
+    high = tl.max(tl.where(inside, above, -1), axis=2)  # low == high: one level (and some id inside)
+    count = tl.sum(inside.to(tl.int32), axis=2)
+    tl.atomic_add(window[:, None] + low, count, mask=low == high, sem="relaxed")
+    tl.atomic_add(window[:, None, None] + above, 1, mask=inside & (low != high)[:, :, None], sem="relaxed")
+
+
+@triton.jit
+def _window_counts_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, rows_per_request,
+                          temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                          tensor_params, table_ptr,
+                          max_ptr, arg_ptr, bins_ptr, search_ptr, counts_ptr, chunks,
+                          BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, C_PAD: tl.constexpr):
+    """The second pass of the cut searches: the first digit of each from the first pass's bins
+    (stored by the chunk-0 program), then this chunk's count of tokens at each level of the
+    windows of 4096 levels above the prefixes ((rows, chunks, 2, 4096) int32, zeroed by the host):
+    one relaxed atomic add a token in a window. The windows are narrow, so few tokens but the
+    heaviest fall in them, and the counts are per chunk so that tokens tied at one level (all of a
+    constant row's) spread over the chunks' copies. The weights follow from the levels, so these
+    counts are all that the exact cuts need (``_window_cuts_kernel``)."""
+    chunk = tl.program_id(0)
+    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    greedy, scale, top_k, top_p, _ = _row_params(
+        row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
+        min_p_value, tensor_params)
+    use_top_p = row_ok & (greedy == 0) & (top_p < 1)
+    use_top_k = row_ok & (greedy == 0) & (top_k > 0)
+    if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:  # else: no partials, no logits read
+        prefix_p, below_p, prefix_k, below_k, total = _first_digit(bins_ptr, row, row_ok, chunks, use_top_p, use_top_k, top_p, top_k, C_PAD)
+        state = search_ptr + row.to(tl.int64) * SEARCH_FIELDS
+        first_chunk = row_ok & (row * 0 + chunk == 0)
+        tl.store(state, prefix_p, mask=first_chunk)
+        tl.store(state + 1, below_p, mask=first_chunk)
+        tl.store(state + 2, prefix_k, mask=first_chunk)
+        tl.store(state + 3, below_k, mask=first_chunk)
+        tl.store(state + 4, total, mask=first_chunk)
+        use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k)
+        row_max = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)[0]
+        row_offsets = row.to(tl.int64) * stride_row
+        window_p = counts_ptr + ((row.to(tl.int64) * chunks + chunk) * 2) * WINDOW
+        window_k = window_p + WINDOW
+        ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
+        for tile in range(chunk_len // BLOCK_V):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
+            level = _levels(x, row_max, scale, tl.int32)
+            above_p = level - prefix_p.to(tl.int32)[:, None]
+            _count_in_window(window_p, above_p, ok & use_top_p[:, None] & (above_p >= 0) & (above_p < WINDOW), BLOCK_R, BLOCK_V)
+            above_k = level - prefix_k.to(tl.int32)[:, None]
+            _count_in_window(window_k, above_k, ok & use_top_k[:, None] & (above_k >= 0) & (above_k < WINDOW), BLOCK_R, BLOCK_V)
+
+
+@triton.jit
+def _window_searches(search_ptr, row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value,
+                     top_k_value, top_p_value, min_p_value, tensor_params):
+    """What the window kernels need of (R,) rows: (searching (either search asked for), top-p
+    running, top-k running (after ``_binding``), top_p, top_k, prefix_p, below_p, prefix_k,
+    below_k, total) from the parameters and the state the window counts stored."""
+    greedy, _, top_k, top_p, _ = _row_params(
+        row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
+        min_p_value, tensor_params)
+    use_top_p = row_ok & (greedy == 0) & (top_p < 1)
+    use_top_k = row_ok & (greedy == 0) & (top_k > 0)
+    searching = use_top_p | use_top_k
+    state = search_ptr + row.to(tl.int64) * SEARCH_FIELDS
+    prefix_p = tl.load(state, mask=searching, other=0)
+    below_p = tl.load(state + 1, mask=searching, other=0)
+    prefix_k = tl.load(state + 2, mask=searching, other=0)
+    below_k = tl.load(state + 3, mask=searching, other=0)
+    total = tl.load(state + 4, mask=searching, other=0)
+    use_top_p, use_top_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k)
+    return searching, use_top_p, use_top_k, top_p, top_k, prefix_p, below_p, prefix_k, below_k, total
+
+
+@triton.jit
+def _window_fold_kernel(rows, vocab, rows_per_request,
+                        temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                        tensor_params, table_ptr,
+                        search_ptr, counts_ptr, folded_ptr, tile_sums_ptr, chunks,
+                        BLOCK_R: tl.constexpr, TILE: tl.constexpr, C_PAD: tl.constexpr):
+    """One tile of TILE window levels of each row (grid: tiles, row blocks): the chunks' counts
+    summed ((rows, 2, 4096) int32 ``folded``) and the tile's total, the weight of its levels in the
+    top-p window and the count in the top-k window ((rows, 2, tiles) int64 ``tile_sums``). One
+    program per row reading all the chunks' counts in turn took 57-134 us at 8-64 rows (H200); a
+    program per tile reads one tile of them."""
+    tile = tl.program_id(0)
+    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    searching, use_top_p, use_top_k, _, _, prefix_p, _, _, _, _ = _window_searches(
+        search_ptr, row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value,
+        top_p_value, min_p_value, tensor_params)
+    if tl.max(searching.to(tl.int32), axis=0) > 0:  # rows that do not search: never read
+        offsets = tile * TILE + tl.arange(0, TILE)
+        count_p = _summed_window(counts_ptr, row, use_top_p, chunks, offsets, 0, C_PAD)
+        count_k = _summed_window(counts_ptr, row, use_top_k, chunks, offsets, 1, C_PAD)
+        level_p = prefix_p[:, None] + offsets[None, :]
+        mass = count_p * _weights(level_p, table_ptr, (count_p > 0) & (level_p <= LEVEL_MAX))
+        folded = folded_ptr + (row.to(tl.int64) * 2)[:, None] * WINDOW + offsets[None, :]
+        tl.store(folded, count_p.to(tl.int32), mask=searching[:, None])
+        tl.store(folded + WINDOW, count_k.to(tl.int32), mask=searching[:, None])
+        sums = tile_sums_ptr + (row.to(tl.int64) * 2) * tl.num_programs(0) + tile
+        tl.store(sums, tl.sum(mass, axis=1), mask=searching)
+        tl.store(sums + tl.num_programs(0), tl.sum(count_k, axis=1), mask=searching)
+
+
+@triton.jit
+def _cut_in_window(before_tiles, holds_tiles, folded_ptr, row, run, prefix, below, tiles_lane, SEARCH: tl.constexpr, TILES: tl.constexpr,
+                   TILE: tl.constexpr):
+    """One search's cut tile of (R,) rows: the last tile whose first level's predicate holds
+    (``holds_tiles`` (R, TILES), a prefix of the tiles), its first level's offset, the sum before
+    it, and its folded counts (R, TILE) int64 (0 where not ``run``)."""
+    cut_tile = tl.maximum(tl.sum(holds_tiles.to(tl.int32), axis=1) - 1, 0)
+    before = below + tl.sum(tl.where(tiles_lane[None, :] == cut_tile[:, None], before_tiles, 0), axis=1)
+    first = cut_tile * TILE
+    offsets = first[:, None] + tl.arange(0, TILE)[None, :]
+    counts = tl.load(folded_ptr + (row.to(tl.int64) * 2 + SEARCH)[:, None] * WINDOW + offsets, mask=run[:, None], other=0).to(tl.int64)
+    return first, before, offsets, counts
+
+
+@triton.jit
+def _window_cuts_kernel(rows, vocab, rows_per_request,
+                        temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
+                        tensor_params, table_ptr,
+                        search_ptr, folded_ptr, tile_sums_ptr, cuts_ptr,
+                        BLOCK_R: tl.constexpr, TILE: tl.constexpr):
+    """Each row's exact cuts from its folded window counts: the top-p cut is the largest level
+    whose heavier mass (below the prefix, then the window's levels before it, each level's count
+    times its weight) is < top_p * total; the top-k cut the largest whose heavier count is < k,
+    with that count. Both predicates hold on a prefix of the window (the first digit chose it so):
+    the tiles' sums give the cut's tile, and the cut is that tile's first level plus the number of
+    its levels where the predicate holds, minus one. A search that ``_binding`` stopped keeps its
+    prefix. Stored as CUT_FIELDS int64 a row (the top-k cut's window offset -1 where no window was
+    counted)."""
+    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    searching, use_top_p, use_top_k, top_p, top_k, prefix_p, below_p, prefix_k, below_k, total = _window_searches(
+        search_ptr, row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value,
+        top_p_value, min_p_value, tensor_params)
+    if tl.max(searching.to(tl.int32), axis=0) > 0:  # rows that do not search: their cuts are never read
+        TILES: tl.constexpr = WINDOW // TILE
+        threshold = top_p * total.to(tl.float64)
+        tiles_lane = tl.arange(0, TILES)
+        sums = tile_sums_ptr + (row.to(tl.int64) * 2)[:, None] * TILES + tiles_lane[None, :]
+        mass_tiles = tl.load(sums, mask=use_top_p[:, None], other=0)
+        count_tiles = tl.load(sums + TILES, mask=use_top_k[:, None], other=0)
+        starts = tiles_lane[None, :] * TILE
+        before_p = tl.cumsum(mass_tiles, axis=1) - mass_tiles
+        holds_p = ((below_p[:, None] + before_p).to(tl.float64) < threshold[:, None]) & (prefix_p[:, None] + starts <= LEVEL_MAX)
+        before_k = tl.cumsum(count_tiles, axis=1) - count_tiles
+        holds_k = (below_k[:, None] + before_k < top_k[:, None]) & (prefix_k[:, None] + starts <= LEVEL_MAX)
+        first_p, below_p, offsets_p, count_p = _cut_in_window(before_p, holds_p, folded_ptr, row, use_top_p, prefix_p, below_p, tiles_lane, 0,
+                                                              TILES, TILE)
+        first_k, below_k, offsets_k, count_k = _cut_in_window(before_k, holds_k, folded_ptr, row, use_top_k, prefix_k, below_k, tiles_lane, 1,
+                                                              TILES, TILE)
+        level_p = prefix_p[:, None] + offsets_p
+        mass = count_p * _weights(level_p, table_ptr, (count_p > 0) & (level_p <= LEVEL_MAX))
+        before = below_p[:, None] + tl.cumsum(mass, axis=1) - mass
+        steps_p = tl.sum(((before.to(tl.float64) < threshold[:, None]) & (level_p <= LEVEL_MAX)).to(tl.int64), axis=1)
+        before = below_k[:, None] + tl.cumsum(count_k, axis=1) - count_k
+        holds = (before < top_k[:, None]) & (prefix_k[:, None] + offsets_k <= LEVEL_MAX)
+        steps_k = tl.sum(holds.to(tl.int64), axis=1)
+        heavier_k = tl.max(tl.where(holds, before, 0), axis=1)  # the count heavier than the cut: before its level
+        cut_p = tl.where(use_top_p, prefix_p + first_p + steps_p - 1, prefix_p)
+        cut_k = tl.where(use_top_k, prefix_k + first_k + steps_k - 1, prefix_k)
+        cuts = cuts_ptr + row.to(tl.int64) * CUT_FIELDS
+        tl.store(cuts, cut_p, mask=searching)
+        tl.store(cuts + 1, cut_k, mask=searching)
+        tl.store(cuts + 2, tl.where(use_top_k, heavier_k, below_k), mask=searching)
+        tl.store(cuts + 3, tl.where(use_top_k, first_k + steps_k - 1, -1), mask=searching)
 
 
 @triton.jit
 def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, rows_per_request,
                  temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
                  tensor_params, table_ptr,
-                 max_ptr, arg_ptr, bins_ptr, search_ptr, cuts_ptr, kept_ptr, chunks,
+                 max_ptr, arg_ptr, window_cuts_ptr, counts_ptr, cuts_ptr, kept_ptr, chunks,
                  SEARCH: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, C_PAD: tl.constexpr):
     """The cuts (key cut, level cut) of each row, stored in ``cuts``, and this chunk's kept total.
 
@@ -534,16 +684,19 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
         use_top_p = row_ok & (greedy == 0) & (top_p < 1)
         use_top_k = row_ok & (greedy == 0) & (top_k > 0)
         # A program without a searching row reads no partials (as in _level_bins_kernel).
-        if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
-            cut_p, _, cut_k, below_k, _ = _search_state(search_ptr, bins_ptr, row, row_ok, rows, chunks, use_top_p, use_top_k, top_p, top_k,
-                                                        DIGITS, C_PAD)
+        searching = use_top_p | use_top_k
+        if tl.max(searching.to(tl.int32), axis=0) > 0:
+            window_cuts = window_cuts_ptr + row.to(tl.int64) * CUT_FIELDS
+            cut_p = tl.load(window_cuts, mask=searching, other=0)
+            cut_k = tl.load(window_cuts + 1, mask=searching, other=0)
+            below_k = tl.load(window_cuts + 2, mask=searching, other=0)
+            tie_offset = tl.load(window_cuts + 3, mask=searching, other=-1)
             level_cut = tl.where(use_top_p, cut_p, level_cut)
-            # Tokens at the cut level, per chunk: the last pass's count bin of that level (the last
-            # pass decides the lowest digit: the cut's low 4 bits).
-            tie_bin = (cut_k & (DIGIT_BINS - 1))[:, None, None] == tl.arange(0, DIGIT_BINS)[None, None, :]
+            # Tokens at the cut level, per chunk: the chunks' window counts at its offset (none
+            # where the top-k search stopped: it keeps its whole level).
             others = tl.arange(0, C_PAD)
-            counts = _chunk_bins(bins_ptr, DIGITS - 1, row, row_ok, rows, chunks, others, True)
-            in_chunk = tl.sum(tl.where(tie_bin, counts, 0), axis=2)  # (R, C_PAD): one load, not a loop over the chunks
+            in_chunk = tl.sum(_window_counts(counts_ptr, row, use_top_k & (tie_offset >= 0), chunks, others,
+                                             tl.maximum(tie_offset, 0)[:, None], 1), axis=2).to(tl.int64)  # (R, C_PAD): one load
             tied_before = tl.sum(tl.where(others[None, :] < chunk, in_chunk, 0), axis=1)
             tied_here = tl.sum(tl.where(others[None, :] == chunk, in_chunk, 0), axis=1)
             tied = tl.sum(in_chunk, axis=1)
@@ -584,7 +737,7 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
 def _processed_row(row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value,
                    top_p_value, min_p_value, tensor_params, max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, lse_ptr, lse_ok, chunks,
                    C_PAD: tl.constexpr, WANT_LSE: tl.constexpr):
-    """What step 5 needs of (R,) rows, from the partials of launches 1-6: (greedy, scale,
+    """What step 5 needs of (R,) rows, from the partials of launches 1-5: (greedy, scale,
     min_weight, row max, argmax, key cut, level cut, kept total); WANT_LSE: the raw log-sum-exp
     stored where ``lse_ok``."""
     greedy, scale, _, _, min_weight = _row_params(
@@ -709,6 +862,7 @@ class SplitLaunch:
     kept_block: int  # tile of the kept pass
     warps: int
     search_maxnreg: int = 0  # the level-bin and kept passes' register cap (0: none)
+    cuts_tile: int = 256  # window levels a program of ``_window_fold_kernel`` (a tile of the cuts)
 
     @property
     def search_options(self) -> dict:
@@ -728,7 +882,9 @@ def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
         block_v = min(max(next_power_of_2(max(vocab, 1)), 16), 4096)
         bins_block = min(block_v, 512)
         block_r = max(1, min(next_power_of_2(max(rows, 1)), 2**14 // bins_block))
-        return SplitLaunch(block_r, 1, cdiv(vocab, block_v) * block_v, block_v, bins_block, bins_block, 1)
+        # the window fold loads (rows, 2 chunk lanes, tile) counts: at most 2^19 at once
+        cuts_tile = min(WINDOW_LEVELS, 2**18 // block_r)
+        return SplitLaunch(block_r, 1, cdiv(vocab, block_v) * block_v, block_v, bins_block, bins_block, 1, cuts_tile=cuts_tile)
     block_v = min(1024, max(next_power_of_2(max(vocab, 1)), 128))
     # 128 ids a level-bin tile on AMD: 256 spilled 9-12 VGPRs on gfx942 with Triton 3.6 (DIGIT 0,
     # 32 chunks; 3.9 is clean); offline compile matrix.
@@ -747,7 +903,7 @@ def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
 
 def cuts_possible(top_k, top_p, vocab: int) -> bool:
     """Whether some row may have a top-k or top-p mask (a tensor parameter always may): when not,
-    the four search passes are skipped."""
+    the search passes are skipped."""
     if isinstance(top_k, torch.Tensor) or isinstance(top_p, torch.Tensor):
         return True
     return 0 < top_k < vocab or top_p < 1
@@ -779,6 +935,21 @@ def kernel_params(vocab: int, placeholder: torch.Tensor, *, temperature, top_k, 
 # CUDA caps grid axes 1 and 2 at 65535 programs; the row blocks run on axis 1 (the chunks of a
 # row on axis 0 launch together), so more rows are processed in slabs of whole requests.
 MAX_ROW_BLOCKS = 65535
+# The window counts take 32 KiB a chunk of a row (two windows of 4096 int32), whatever the
+# vocabulary. Where that is more than the row's logits (2 bytes an id), a slab holds at most this
+# many bytes of them (2048 rows of one chunk), so that many rows of a small vocabulary (the
+# statistical cases: 24,000 rows of 8 ids) are not a gigabyte of counts.
+WINDOW_COUNTS_BYTES = 64 << 20
+
+
+def slab_rows(config: SplitLaunch, rows_per_request: int, vocab: int, *, search: bool) -> int:
+    """Rows of a slab: whole requests (one at least), at most MAX_ROW_BLOCKS row blocks and, where
+    a row's window counts (``search``) outweigh its logits, at most WINDOW_COUNTS_BYTES of them."""
+    limit = config.rows * MAX_ROW_BLOCKS
+    row_counts_bytes = config.chunks * 2 * WINDOW_LEVELS * 4
+    if search and row_counts_bytes > 2 * vocab:
+        limit = min(limit, WINDOW_COUNTS_BYTES // row_counts_bytes)
+    return max(1, limit // rows_per_request) * rows_per_request
 
 
 def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, top_k, top_p, min_p, want_lse: bool, target: KernelTarget,
@@ -794,7 +965,7 @@ def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, to
         return probs, (lse if want_lse else None)
     config = split_launch(target, rows, vocab)
     search = cuts_possible(top_k, top_p, vocab)
-    slab = max(1, config.rows * MAX_ROW_BLOCKS // rows_per_request) * rows_per_request
+    slab = slab_rows(config, rows_per_request, vocab, search=search)
     for start in range(0, rows, slab):
         end = min(rows, start + slab)
         params = {name: value[start // rows_per_request:] if isinstance(value, torch.Tensor) else value
@@ -806,7 +977,7 @@ def process_rows(logits: torch.Tensor, rows_per_request: int, *, temperature, to
 
 @dataclass
 class _RowPartials:
-    """What launches 1-6 leave for step 5 (the probabilities) on a slab of rows."""
+    """What launches 1-5 leave for step 5 (the probabilities) on a slab of rows."""
     row_args: tuple  # (logits, its strides, rows, V, chunk_len)
     param_args: tuple  # (rows_per_request, the parameters, the exp2 table)
     chunk_max: torch.Tensor
@@ -822,7 +993,7 @@ class _RowPartials:
 
 def _row_partials(logits: torch.Tensor, rows_per_request: int, params: dict, *, search: bool, want_lse: bool,
                   config: SplitLaunch) -> _RowPartials:
-    """Launches 1-6 of :func:`process_rows` on at most ``config.rows * MAX_ROW_BLOCKS`` rows."""
+    """Launches 1-5 of :func:`process_rows` on the rows of one slab (:func:`slab_rows`)."""
     rows, vocab = logits.shape
     device = logits.device
     chunks = config.chunks
@@ -830,8 +1001,10 @@ def _row_partials(logits: torch.Tensor, rows_per_request: int, params: dict, *, 
     chunk_max = torch.empty((rows, chunks), dtype=torch.float32, device=device)
     chunk_arg = torch.empty((rows, chunks), dtype=torch.int32, device=device)
     chunk_sum = torch.empty((rows, chunks) if want_lse else 1, dtype=torch.float32, device=device)
-    bins = torch.empty((SEARCH_DIGITS, rows, chunks, 2, 16) if search else 1, dtype=torch.int64, device=device)
-    search_state = torch.empty((rows, SEARCH_DIGITS - 1, 5) if search else 1, dtype=torch.int64, device=device)
+    bins = torch.empty((rows, chunks, 2, 16) if search else 1, dtype=torch.int64, device=device)
+    search_state = torch.empty((rows, 5) if search else 1, dtype=torch.int64, device=device)
+    window_counts = torch.zeros((rows, chunks, 2, WINDOW_LEVELS) if search else 1, dtype=torch.int32, device=device)
+    window_cuts = torch.empty((rows, 4) if search else 1, dtype=torch.int64, device=device)
     cuts = torch.empty((rows, 2), dtype=torch.int64, device=device)
     kept = torch.empty((rows, chunks), dtype=torch.int64, device=device)
     row_args = (logits, logits.stride(0), logits.stride(1), rows, vocab, config.chunk_len)
@@ -839,11 +1012,20 @@ def _row_partials(logits: torch.Tensor, rows_per_request: int, params: dict, *, 
     _chunk_max_kernel[grid](*row_args, chunk_max, chunk_arg, chunk_sum, chunks,
                             BLOCK_R=config.rows, BLOCK_V=config.block_v, WANT_LSE=want_lse, num_warps=config.warps)
     if search:
-        for digit in range(SEARCH_DIGITS):
-            _level_bins_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, chunks,
-                                     DIGIT=digit, BLOCK_R=config.rows, BLOCK_V=config.bins_block, C_PAD=config.c_pad,
-                                     num_warps=config.warps, **config.search_options)
-    _kept_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, cuts, kept, chunks,
+        _level_bins_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, chunks,
+                                 BLOCK_R=config.rows, BLOCK_V=config.bins_block, C_PAD=config.c_pad, num_warps=config.warps,
+                                 **config.search_options)
+        _window_counts_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, bins, search_state, window_counts, chunks,
+                                    BLOCK_R=config.rows, BLOCK_V=config.block_v, C_PAD=config.c_pad, num_warps=config.warps)
+        tiles = WINDOW_LEVELS // config.cuts_tile
+        folded = torch.empty((rows, 2, WINDOW_LEVELS), dtype=torch.int32, device=device)
+        tile_sums = torch.empty((rows, 2, tiles), dtype=torch.int64, device=device)
+        _window_fold_kernel[(tiles, cdiv(rows, config.rows))](rows, vocab, *param_args, search_state, window_counts, folded, tile_sums, chunks,
+                                                              BLOCK_R=config.rows, TILE=config.cuts_tile, C_PAD=config.c_pad,
+                                                              num_warps=config.warps)
+        _window_cuts_kernel[(cdiv(rows, config.rows),)](rows, vocab, *param_args, search_state, folded, tile_sums, window_cuts,
+                                                        BLOCK_R=config.rows, TILE=config.cuts_tile, num_warps=config.warps)
+    _kept_kernel[grid](*row_args, *param_args, chunk_max, chunk_arg, window_cuts, window_counts, cuts, kept, chunks,
                        SEARCH=search, BLOCK_R=config.rows, BLOCK_V=config.kept_block, C_PAD=config.c_pad, num_warps=config.warps,
                        **config.search_options)
     return _RowPartials(row_args, param_args, chunk_max, chunk_arg, chunk_sum, cuts, kept)
@@ -851,7 +1033,7 @@ def _row_partials(logits: torch.Tensor, rows_per_request: int, params: dict, *, 
 
 def _process_slab(logits: torch.Tensor, probs: torch.Tensor, lse: torch.Tensor, rows_per_request: int, params: dict, *, search: bool,
                   want_lse: bool, config: SplitLaunch) -> None:
-    """The launches of :func:`process_rows` on at most ``config.rows * MAX_ROW_BLOCKS`` rows."""
+    """The launches of :func:`process_rows` on the rows of one slab (:func:`slab_rows`)."""
     partials = _row_partials(logits, rows_per_request, params, search=search, want_lse=want_lse, config=config)
     rows = logits.shape[0]
     _probs_kernel[(config.chunks, cdiv(rows, config.rows))](
@@ -867,10 +1049,10 @@ def path_rows_pay(target: KernelTarget, rows: int, vocab: int) -> bool:
     5 is a single wave (H200, bs 1 N 8 V 151936: 1.05-1.08x the time; bs 8 N 8 V 32000:
     1.03-1.05x), and it gains from two waves on (bs 8 N 8 V 151936 and bs 64 N 4 V 32000:
     0.82-0.83x with temperature alone; bs 64 N 4 V 151936: 0.73x; BENCHMARKS.md, twenty-seventh
-    session). Rows past one slab (:data:`MAX_ROW_BLOCKS` row blocks) keep process_rows: the path
-    rows have no slabs. The interpreter takes it whenever it fits (tests choose either path)."""
+    session). Rows past one slab (:func:`slab_rows`) keep process_rows: the path rows have no
+    slabs. The interpreter takes it whenever it fits (tests choose either path)."""
     config = split_launch(target, rows, vocab)
-    if rows > config.rows * MAX_ROW_BLOCKS:
+    if rows > slab_rows(config, 1, vocab, search=True):
         return False
     if target.vendor == "interpreter":
         return True
@@ -887,7 +1069,7 @@ def process_path_rows(logits: torch.Tensor, candidates: torch.Tensor, walk: Call
     node. ``walk(probs)`` runs the walk on the
     candidate probabilities alone (``verify_sampling(..., walk_only=True)``) and returns its
     Verdict, whose accept_index at num_correct names that node. Every other entry of ``probs`` is
-    left unwritten. The statistics of every row (launches 1-6) are the same as process_rows'; step
+    left unwritten. The statistics of every row (launches 1-5) are the same as process_rows'; step
     5 runs on N candidates a row and on one row a request instead of on all R rows. Rows must
     fit one slab (:func:`path_rows_pay` checks)."""
     rows, vocab = logits.shape
@@ -955,12 +1137,14 @@ def _kernel_specs(config: SplitLaunch):
                                           "WANT_LSE": "constexpr", "FINAL_ROWS": "constexpr"},
                           {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "C_PAD": config.c_pad, "WANT_LSE": want_lse,
                            "FINAL_ROWS": final_rows}, {}))
-    for digit in range(SEARCH_DIGITS):
-        specs.append((_level_bins_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "search_ptr": "*i64", "chunks": "i32",
-                                           "DIGIT": "constexpr", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
-                      {"DIGIT": digit, "BLOCK_R": config.rows, "BLOCK_V": config.bins_block, "C_PAD": config.c_pad}, config.search_options))
+    specs.append((_level_bins_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "chunks": "i32", "BLOCK_R": "constexpr",
+                                       "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
+                  {"BLOCK_R": config.rows, "BLOCK_V": config.bins_block, "C_PAD": config.c_pad}, config.search_options))
+    specs.append((_window_counts_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "search_ptr": "*i64", "counts_ptr": "*i32",
+                                          "chunks": "i32", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
+                  {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "C_PAD": config.c_pad}, {}))
     for search in (False, True):
-        specs.append((_kept_kernel, {**row, **params, **_PARTIALS, "bins_ptr": "*i64", "search_ptr": "*i64", "cuts_ptr": "*i64",
+        specs.append((_kept_kernel, {**row, **params, **_PARTIALS, "window_cuts_ptr": "*i64", "counts_ptr": "*i32", "cuts_ptr": "*i64",
                                      "kept_ptr": "*i64", "chunks": "i32", "SEARCH": "constexpr", "BLOCK_R": "constexpr",
                                      "BLOCK_V": "constexpr", "C_PAD": "constexpr"},
                       {"SEARCH": search, "BLOCK_R": config.rows, "BLOCK_V": config.kept_block, "C_PAD": config.c_pad}, config.search_options))
@@ -979,7 +1163,8 @@ def _candidate_specs(target: KernelTarget, config: SplitLaunch):
 def compile_specs(target: KernelTarget):
     """Every (kernel, signature, constexprs, num_warps[, attrs]) :func:`process_rows` and
     :func:`process_path_rows` launch: every logit type generically, bf16 also as the JIT
-    specialises a contiguous production launch."""
+    specialises a contiguous production launch (the window cuts, which read no logits, once each
+    way)."""
     specs = []
     for rows, vocab in _SHAPES:
         config = split_launch(target, rows, vocab)
@@ -996,6 +1181,17 @@ def compile_specs(target: KernelTarget):
                               "accept_width": 6 if final else 0, "requests": max(rows // nodes, 1) if final else 0}
                     specs.append(runtime_specialized(target, kernel, full, constexprs, config.warps,
                                                      values={name: value for name, value in values.items() if name in full}) + (options,))
+        # the window fold and cuts read no logits
+        head = {"rows": "i32", "vocab": "i32", **_PARAM_SIGNATURE, "search_ptr": "*i64"}
+        fold = ({**head, "counts_ptr": "*i32", "folded_ptr": "*i32", "tile_sums_ptr": "*i64", "chunks": "i32", "BLOCK_R": "constexpr",
+                 "TILE": "constexpr", "C_PAD": "constexpr"}, {"BLOCK_R": config.rows, "TILE": config.cuts_tile, "C_PAD": config.c_pad})
+        cuts = ({**head, "folded_ptr": "*i32", "tile_sums_ptr": "*i64", "cuts_ptr": "*i64", "BLOCK_R": "constexpr", "TILE": "constexpr"},
+                {"BLOCK_R": config.rows, "TILE": config.cuts_tile})
+        for kernel, (signature, constexprs) in ((_window_fold_kernel, fold), (_window_cuts_kernel, cuts)):
+            specs.append((kernel, signature, constexprs, config.warps, {}, {}))
+            values = {"rows": rows, "vocab": vocab, "rows_per_request": 4, "chunks": config.chunks, "top_k_value": 50, "tensor_params": 15}
+            specs.append(runtime_specialized(target, kernel, signature, constexprs, config.warps,
+                                             values={name: value for name, value in values.items() if name in signature}) + ({},))
     return specs
 
 
