@@ -15,11 +15,14 @@ bit (and the raw log-sum-exp within 1e-5) with the cpu reference, and a tree ver
 through the every-row path (the GPUs' path for small batches) verdict for verdict, with every row's
 probabilities and with only the candidates' and each request's final row (``process_path_rows``),
 as is a greedy drafter's chain; and rows
-processed in slabs of whole requests (more row blocks than a CUDA grid axis takes). The bin passes'
-packed token counts are unpacked every 3 tiles (PACKED_TILES; 255 on a GPU); a bin pass skipping the
-mass of a tile that has an id in its top-p window fails here (checked by mutation, 2026-11-27,
-twenty-first session). Runs in a fresh process:
-TRITON_INTERPRET must be set before kernels are defined.
+processed in slabs of whole requests (more row blocks than a CUDA grid axis takes, or more window
+counts than a slab holds). The first search pass's packed token counts are unpacked every 3 tiles
+(PACKED_TILES; 255 on a GPU). The window counts (16-id tiles here: groups of 16 ids, so that the
+constant row's ids share a level in every group and the others mostly do not) fail here with the
+grouped add counting 1 instead of the group's count, with the cut tile taken one tile early, or with
+the count above the top-k cut taken at its tile's start (checked by mutation, 2026-11-28,
+twenty-eighth session). Runs in a fresh process: TRITON_INTERPRET must be set before kernels are
+defined.
 """
 import textwrap
 
@@ -66,6 +69,9 @@ PROBE = textwrap.dedent("""
         "per-request tensors": dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         "top-k only": dict(temperature=0.9, top_k=6),
         "top-k deep": dict(temperature=1.0, top_k=97),
+        # at T 20 row 4's two levels (0 and 73) share the window's first tile: the top-k cut splits
+        # the lower one's tie, and what lies above it is counted inside the cut's tile
+        "top-k tie in the cut's tile": dict(temperature=20.0, top_k=100),
         "top-p only": dict(temperature=0.9, top_p=0.8),
         "temperature only": dict(temperature=1.1),
         "min-p only": dict(temperature=1.0, min_p=0.2),
@@ -134,11 +140,15 @@ PROBE = textwrap.dedent("""
     got = kernels.verify_chain_sampling_from_logits(ids, draft_probs, logits, **args)
     results["slabs chain with draft probs"] = bool(torch.equal(want.verdict.predict, got.verdict.predict)
                                                    and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
+    # slabs set by the window counts' budget (small vocabularies): 3 rows of 5 chunks a slab
+    rows_kernels.MAX_ROW_BLOCKS = 65535
+    rows_kernels.WINDOW_COUNTS_BYTES = 3 * 5 * 2 * rows_kernels.WINDOW_LEVELS * 4
+    results["window-count slabs process_logits"] = torch.equal(reference.process_logits(x, **params), kernels.process_logits(x, **params))
     print(json.dumps(results))
 """)
 
 
 def test_split_row_processing_matches_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 4 * (8 * 2 + 5) + 2
+    assert len(results) == 4 * (9 * 2 + 5) + 3
     assert all(results.values()), {case: same for case, same in results.items() if not same}

@@ -81,3 +81,35 @@ def test_path_rows_limits():
     assert sampling_rows.path_rows_pay(MI300X, 5000, 151936)
     assert not sampling_rows.path_rows_pay(MI300X, 4, 32000)
     assert sampling_rows.path_rows_pay(KernelTarget("interpreter", None, 1, 1), 3, 10)
+
+
+@pytest.mark.parametrize("target", [H100, MI300X], ids=["sm_90", "gfx942"])
+@pytest.mark.parametrize("rows,vocab", SHAPES)
+def test_window_cuts_tile_the_window(target, rows, vocab):
+    """The window fold's tiles split the 4096-level window evenly (its grid is the tiles)."""
+    config = sampling_rows.split_launch(target, rows, vocab)
+    assert sampling_rows.WINDOW_LEVELS % config.cuts_tile == 0
+
+
+@pytest.mark.parametrize("rows_per_request", [1, 4, 5, 64])
+def test_slabs_bound_the_window_counts_of_small_vocabularies(rows_per_request):
+    """``slab_rows``: where a row's window counts (32 KiB a chunk) outweigh its logits (2 bytes an
+    id), a slab holds at most WINDOW_COUNTS_BYTES of them, in whole requests and at least one; the
+    statistical cases' 24,000 rows of 8 ids were 786 MB of counts in one slab. Where they do not,
+    or without a search (no counts), only the grid's row axis limits it."""
+    row_counts_bytes = 2 * sampling_rows.WINDOW_LEVELS * 4
+    small = sampling_rows.split_launch(H100, 24000, 8)
+    slab = sampling_rows.slab_rows(small, rows_per_request, 8, search=True)
+    assert slab % rows_per_request == 0 and slab >= rows_per_request
+    assert slab * small.chunks * row_counts_bytes <= max(sampling_rows.WINDOW_COUNTS_BYTES, rows_per_request * small.chunks * row_counts_bytes)
+    assert sampling_rows.slab_rows(small, rows_per_request, 8, search=False) >= 65535 - rows_per_request
+    large = sampling_rows.split_launch(H100, 24000, 151936)
+    assert sampling_rows.slab_rows(large, rows_per_request, 151936, search=True) >= 65535 - rows_per_request
+
+
+def test_path_rows_need_one_slab_of_window_counts():
+    """The path rows have no slabs: a small vocabulary with more rows than one slab of window
+    counts keeps process_rows (on AMD, which takes the every-row path at every batch)."""
+    rows = sampling_rows.WINDOW_COUNTS_BYTES // (2 * sampling_rows.WINDOW_LEVELS * 4) + 1
+    assert not sampling_rows.path_rows_pay(MI300X, rows, 1000)
+    assert sampling_rows.path_rows_pay(MI300X, rows, 151936)
