@@ -947,7 +947,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
 
 
 PROVIDERS = {
-    "process_logits": (process_logits, "kernels/sampling_rows.py: rows split along the vocabulary, 4-bit level-bin cut searches"),
+    "process_logits": (process_logits, "kernels/sampling_rows.py: rows split along the vocabulary, cut searches by 16 level bins then window counts"),
     "verify_sampling_from_logits": (verify_sampling_from_logits,
                                     "kernels/sampling.py: every row split + walk up to 2 rows per SM, else the fused walk over path rows"),
     "verify_chain_sampling_from_logits": (verify_chain_sampling_from_logits,
