@@ -217,6 +217,26 @@ def _row_params(row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr
 
 
 @triton.jit
+def _row_block(axis: tl.constexpr, rows, BLOCK_R: tl.constexpr):
+    """(rows (R,), in range) of this program's block of rows along grid ``axis``."""
+    row = tl.program_id(axis) * BLOCK_R + tl.arange(0, BLOCK_R)
+    return row, row < rows
+
+
+@triton.jit
+def _searching_rows(row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value,
+                    top_p_value, min_p_value, tensor_params):
+    """``_row_params`` of (R,) rows and which cut searches each asks for: (greedy, scale, top_k,
+    top_p, min_weight, use_top_p, use_top_k); a greedy row asks for none."""
+    greedy, scale, top_k, top_p, min_weight = _row_params(
+        row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
+        min_p_value, tensor_params)
+    use_top_p = row_ok & (greedy == 0) & (top_p < 1)
+    use_top_k = row_ok & (greedy == 0) & (top_k > 0)
+    return greedy, scale, top_k, top_p, min_weight, use_top_p, use_top_k
+
+
+@triton.jit
 def _chunk_cols(chunk, chunk_len, tile, BLOCK: tl.constexpr):
     return chunk * chunk_len + tile * BLOCK + tl.arange(0, BLOCK)
 
@@ -426,13 +446,10 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
     """The first pass of the cut searches: this chunk's weight (top-p rows) and token count (top-k
     rows) in each of the 16 bins of 4096 levels."""
     chunk = tl.program_id(0)
-    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
-    greedy, scale, top_k, top_p, _ = _row_params(
+    row, row_ok = _row_block(1, rows, BLOCK_R)
+    greedy, scale, top_k, top_p, _, use_top_p, use_top_k = _searching_rows(
         row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
         min_p_value, tensor_params)
-    use_top_p = row_ok & (greedy == 0) & (top_p < 1)
-    use_top_k = row_ok & (greedy == 0) & (top_k > 0)
     row_offsets = row.to(tl.int64) * stride_row
     bins = tl.arange(0, DIGIT_BINS)[None, :, None]
     # Per-lane sums, reduced once after the chunk (a reduction per tile, two (tile, 16) sums
@@ -505,13 +522,10 @@ def _window_counts_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk
     constant row's) spread over the chunks' copies. The weights follow from the levels, so these
     counts are all that the exact cuts need (``_window_cuts_kernel``)."""
     chunk = tl.program_id(0)
-    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
-    greedy, scale, top_k, top_p, _ = _row_params(
+    row, row_ok = _row_block(1, rows, BLOCK_R)
+    greedy, scale, top_k, top_p, _, use_top_p, use_top_k = _searching_rows(
         row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
         min_p_value, tensor_params)
-    use_top_p = row_ok & (greedy == 0) & (top_p < 1)
-    use_top_k = row_ok & (greedy == 0) & (top_k > 0)
     if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:  # else: no partials, no logits read
         prefix_p, below_p, prefix_k, below_k, total = _first_digit(bins_ptr, row, row_ok, chunks, use_top_p, use_top_k, top_p, top_k, C_PAD)
         state = search_ptr + row.to(tl.int64) * SEARCH_FIELDS
@@ -542,11 +556,9 @@ def _window_searches(search_ptr, row, row_ok, rows_per_request, vocab, temperatu
     """What the window kernels need of (R,) rows: (searching (either search asked for), top-p
     running, top-k running (after ``_binding``), top_p, top_k, prefix_p, below_p, prefix_k,
     below_k, total) from the parameters and the state the window counts stored."""
-    greedy, _, top_k, top_p, _ = _row_params(
+    _, _, top_k, top_p, _, use_top_p, use_top_k = _searching_rows(
         row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
         min_p_value, tensor_params)
-    use_top_p = row_ok & (greedy == 0) & (top_p < 1)
-    use_top_k = row_ok & (greedy == 0) & (top_k > 0)
     searching = use_top_p | use_top_k
     state = search_ptr + row.to(tl.int64) * SEARCH_FIELDS
     prefix_p = tl.load(state, mask=searching, other=0)
@@ -570,8 +582,7 @@ def _window_fold_kernel(rows, vocab, rows_per_request,
     program per row reading all the chunks' counts in turn took 57-134 us at 8-64 rows (H200); a
     program per tile reads one tile of them."""
     tile = tl.program_id(0)
-    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
+    row, row_ok = _row_block(1, rows, BLOCK_R)
     searching, use_top_p, use_top_k, _, _, prefix_p, _, _, _, _ = _window_searches(
         search_ptr, row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value,
         top_p_value, min_p_value, tensor_params)
@@ -617,8 +628,7 @@ def _window_cuts_kernel(rows, vocab, rows_per_request,
     its levels where the predicate holds, minus one. A search that ``_binding`` stopped keeps its
     prefix. Stored as CUT_FIELDS int64 a row (the top-k cut's window offset -1 where no window was
     counted)."""
-    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
+    row, row_ok = _row_block(0, rows, BLOCK_R)
     searching, use_top_p, use_top_k, top_p, top_k, prefix_p, below_p, prefix_k, below_k, total = _window_searches(
         search_ptr, row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value,
         top_p_value, min_p_value, tensor_params)
@@ -668,9 +678,8 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
     tokens reaches ``need`` keeps all of its own, a chunk after it none, and that chunk finds the
     id of the need-th (the key cut's id) in one more pass over itself."""
     chunk = tl.program_id(0)
-    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
-    greedy, scale, top_k, top_p, min_weight = _row_params(
+    row, row_ok = _row_block(1, rows, BLOCK_R)
+    greedy, scale, top_k, top_p, min_weight, use_top_p, use_top_k = _searching_rows(
         row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
         min_p_value, tensor_params)
     row_max, argmax = _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD)
@@ -681,8 +690,6 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
     crossing = row_ok & (row < 0)  # no row: the chunk that finds a split tie's id
     split = crossing
     if SEARCH:
-        use_top_p = row_ok & (greedy == 0) & (top_p < 1)
-        use_top_k = row_ok & (greedy == 0) & (top_k > 0)
         # A program without a searching row reads no partials (as in _level_bins_kernel).
         searching = use_top_p | use_top_k
         if tl.max(searching.to(tl.int32), axis=0) > 0:
@@ -886,7 +893,7 @@ def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
         cuts_tile = min(WINDOW_LEVELS, 2**18 // block_r)
         return SplitLaunch(block_r, 1, cdiv(vocab, block_v) * block_v, block_v, bins_block, bins_block, 1, cuts_tile=cuts_tile)
     block_v = min(1024, max(next_power_of_2(max(vocab, 1)), 128))
-    # 128 ids a level-bin tile on AMD: 256 spilled 9-12 VGPRs on gfx942 with Triton 3.6 (DIGIT 0,
+    # 128 ids a level-bin tile on AMD: 256 spilled 9-12 VGPRs on gfx942 with Triton 3.6 (the first pass,
     # 32 chunks; 3.9 is clean); offline compile matrix.
     bins_block = min(block_v, 128 if target.vendor == "amd" else 256)
     # 512 ids a tile in the kept pass: 1024 left a 24 B local frame on sm_100 with the tie search,
