@@ -14,9 +14,9 @@ consecutive ids of its rows and writes a few numbers per chunk that the next lau
 in 16 bins of 4096 levels, which decides each cut's top 4 bits: a window of 4096 levels that
 holds it. The second counts, per chunk, the tokens at every level of the windows with global
 atomics; a token's weight is a function of its level, so those counts give the exact weight of
-every level too, and one program per row reads the cuts off them. The chunks' counts at the top-k
-cut level give the tie split without a search over ids: the one chunk that holds the need-th
-tied token finds its id.
+every level too: a fold sums the chunks' counts per tile of levels, and one program per row reads
+the cuts off the tiles' sums. The chunks' counts at the top-k cut level give the tie split
+without a search over ids: the one chunk that holds the need-th tied token finds its id.
 
 Launches (the host skips 2-5 when no row can have a top-k or top-p mask):
 
@@ -517,10 +517,10 @@ def _window_counts_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk
     """The second pass of the cut searches: the first digit of each from the first pass's bins
     (stored by the chunk-0 program), then this chunk's count of tokens at each level of the
     windows of 4096 levels above the prefixes ((rows, chunks, 2, 4096) int32, zeroed by the host):
-    one relaxed atomic add a token in a window. The windows are narrow, so few tokens but the
-    heaviest fall in them, and the counts are per chunk so that tokens tied at one level (all of a
-    constant row's) spread over the chunks' copies. The weights follow from the levels, so these
-    counts are all that the exact cuts need (``_window_cuts_kernel``)."""
+    relaxed atomic adds (``_count_in_window``). The windows are narrow, so few tokens but the
+    heaviest fall in them. The counts are per chunk because the tie split needs each chunk's count
+    at the top-k cut level (``_kept_kernel``). The weights follow from the levels, so these counts
+    are all that the exact cuts need (``_window_fold_kernel``, ``_window_cuts_kernel``)."""
     chunk = tl.program_id(0)
     row, row_ok = _row_block(1, rows, BLOCK_R)
     greedy, scale, top_k, top_p, _, use_top_p, use_top_k = _searching_rows(
