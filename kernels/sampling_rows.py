@@ -601,7 +601,7 @@ def _window_fold_kernel(rows, vocab, rows_per_request,
 
 
 @triton.jit
-def _cut_in_window(before_tiles, holds_tiles, folded_ptr, row, run, prefix, below, tiles_lane, SEARCH: tl.constexpr, TILES: tl.constexpr,
+def _cut_in_window(before_tiles, holds_tiles, folded_ptr, row, run, below, tiles_lane, SEARCH: tl.constexpr, TILES: tl.constexpr,
                    TILE: tl.constexpr):
     """One search's cut tile of (R,) rows: the last tile whose first level's predicate holds
     (``holds_tiles`` (R, TILES), a prefix of the tiles), its first level's offset, the sum before
@@ -644,9 +644,9 @@ def _window_cuts_kernel(rows, vocab, rows_per_request,
         holds_p = ((below_p[:, None] + before_p).to(tl.float64) < threshold[:, None]) & (prefix_p[:, None] + starts <= LEVEL_MAX)
         before_k = tl.cumsum(count_tiles, axis=1) - count_tiles
         holds_k = (below_k[:, None] + before_k < top_k[:, None]) & (prefix_k[:, None] + starts <= LEVEL_MAX)
-        first_p, below_p, offsets_p, count_p = _cut_in_window(before_p, holds_p, folded_ptr, row, use_top_p, prefix_p, below_p, tiles_lane, 0,
+        first_p, below_p, offsets_p, count_p = _cut_in_window(before_p, holds_p, folded_ptr, row, use_top_p, below_p, tiles_lane, 0,
                                                               TILES, TILE)
-        first_k, below_k, offsets_k, count_k = _cut_in_window(before_k, holds_k, folded_ptr, row, use_top_k, prefix_k, below_k, tiles_lane, 1,
+        first_k, below_k, offsets_k, count_k = _cut_in_window(before_k, holds_k, folded_ptr, row, use_top_k, below_k, tiles_lane, 1,
                                                               TILES, TILE)
         level_p = prefix_p[:, None] + offsets_p
         mass = count_p * _weights(level_p, table_ptr, (count_p > 0) & (level_p <= LEVEL_MAX))
