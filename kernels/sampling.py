@@ -46,7 +46,8 @@ from . import verify as verify_kernels
 from . import sampling_rows
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
 from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, NO_ID, _binding, _distance_levels, _kept_weights,
-                            _levels, _next_tile, _online_max, _probabilities, _raw_tile, _request_params, _sanitized, _weights)
+                            _lane_max, _lanes_max, _levels, _next_tile, _online_max, _pass_weights, _probabilities, _raw_tile,
+                            _request_params, _sanitized, _uncut, _weights)
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
@@ -323,9 +324,17 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
     argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
     sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
     ahead = _raw_tile(logits_ptr, row_offsets, row_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V)
-    for k in range(num_blocks):
-        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
-        row_max, argmax, sum_exp = _online_max(x, cols, ok, row_max, argmax, sum_exp, WANT_LSE)
+    if WANT_LSE:
+        for k in range(num_blocks):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            row_max, argmax, sum_exp = _online_max(x, cols, ok, row_max, argmax, sum_exp, WANT_LSE)
+    else:
+        lane_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
+        lane_arg = tl.full([BLOCK_R, BLOCK_V], NO_ID, dtype=tl.int32)
+        for k in range(num_blocks):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            lane_max, lane_arg = _lane_max(x, cols[None, :], ok, lane_max, lane_arg)
+        row_max, argmax = _lanes_max(lane_max, lane_arg)
     lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
 
     # The cuts, by bitwise searches for the largest level L whose (monotone) predicate holds:
@@ -419,9 +428,10 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
     # The kept total W'.
     kept_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
     ahead = _raw_tile(logits_ptr, row_offsets, row_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    uncut = _uncut(row_ok, greedy, key_cut, level_cut, min_weight)
     for k in range(num_blocks):
         cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
-        kept_lanes += _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        kept_lanes += _pass_weights(uncut, x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
     return row_max, argmax, lse, key_cut, level_cut, tl.sum(kept_lanes, axis=1)
 
 
@@ -593,9 +603,10 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
     residual_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
     row_len = tl.cdiv(vocab, BLOCK_V) * BLOCK_V  # the final row as chunk 0 (see _row_statistics)
     ahead = _raw_tile(logits_ptr, final_offsets, req_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    uncut = _uncut(req_ok, greedy, key_cut, level_cut, min_weight)
     for k in range(tl.cdiv(vocab, BLOCK_V)):
         cols, in_row, x, ahead = _next_tile(ahead, logits_ptr, final_offsets, req_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
-        kept = _kept_weights(x, cols[None, :], in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        kept = _pass_weights(uncut, x, cols[None, :], in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
         block_sum = tl.sum(_quantize(_probabilities(kept, kept_total)), axis=1)
         in_block = (rejected_tokens >= k * BLOCK_V) & (rejected_tokens < (k + 1) * BLOCK_V)
         removed = tl.sum(tl.where(in_block, rejected_q, 0), axis=1)

@@ -117,6 +117,25 @@ def _online_max(x, cols, ok, run_max, argmax, sum_exp, WANT_LSE: tl.constexpr):
 
 
 @triton.jit
+def _lane_max(x, cols, ok, lane_max, lane_arg):
+    """One tile (x: (R, T) logits at ids ``cols``, ``ok`` in range) of a max pass that keeps each
+    lane's running max and its lowest id there, reduced once after the pass (``_lanes_max``): a
+    lane's ids rise tile by tile, so its first id at its max is its lowest, and an in-range id is
+    taken while its lane has none, even at -inf. The per-tile max and argmax of ``_online_max``
+    synchronise the program's warps twice a tile."""
+    take = ok & ((x > lane_max) | (lane_arg == NO_ID))
+    return tl.where(take, x, lane_max), tl.where(take, cols, lane_arg)
+
+
+@triton.jit
+def _lanes_max(lane_max, lane_arg):
+    """(max, lowest id of it) of (R,) rows from ``_lane_max``'s lanes: what ``_online_max`` finds
+    (an all -inf row: its lowest in-range id; no id in range: NO_ID)."""
+    row_max = tl.max(lane_max, axis=1)
+    return row_max, tl.min(tl.where(lane_max == row_max[:, None], lane_arg, NO_ID), axis=1)
+
+
+@triton.jit
 def _levels(x, row_max, scale, DTYPE: tl.constexpr = tl.int64):
     """Step 3 levels (int64, or DTYPE: levels < 2^16 fit int32) of logits ``x`` (R, L): 0 at the
     max, floor(min((m - x) * c, LEVEL_MAX)) elsewhere."""
@@ -169,6 +188,36 @@ def _kept_weights(x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_cut
     weight = _weights(level, table_ptr, within_cuts)
     kept = tl.where(within_cuts & (weight >= min_weight[:, None]), weight, 0)
     return tl.where(ok, tl.where(greedy[:, None], tl.where(ids == argmax[:, None], TOP_WEIGHT, 0), kept), 0)
+
+
+@triton.jit
+def _uncut(row_ok, greedy, key_cut, level_cut, min_weight):
+    """Whether none of (R,) rows is greedy or has a key cut, a level cut or a min-p weight: then
+    every id's kept weight is its plain weight (``_plain_weights``), and a pass skips the tests
+    (temperature alone, engines' most common sampling, as (bs,) tensors the host cannot read)."""
+    cut = row_ok & ((greedy != 0) | (key_cut != KEEP_ALL_KEY) | (level_cut < LEVEL_MAX) | (min_weight > 0))
+    return tl.max(cut.to(tl.int32), axis=0) == 0
+
+
+@triton.jit
+def _plain_weights(x, ok, row_max, scale, table_ptr):
+    """``_kept_weights`` of rows that ``_uncut`` passes: each in-range id's weight (KEEP_ALL_KEY
+    and LEVEL_MAX keep every level and id, a min weight <= 0 every weight), 0 elsewhere."""
+    return tl.where(ok, _weights(_levels(x, row_max, scale, tl.int32), table_ptr, ok), 0)
+
+
+@triton.jit
+def _pass_weights(uncut, x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr,
+                  INT32_KEYS: tl.constexpr = False):
+    """A pass's kept weights of a tile: ``_kept_weights``, or, where ``uncut`` (a scalar: ``_uncut``
+    of the program's rows), ``_plain_weights``, the same values without the tests. H200, bs 64 N 4
+    V 151936, temperature alone: the kept pass took 135 us with the tests; a sum of plain weights
+    over the same rows 58-61 (BENCHMARKS.md, twenty-ninth session)."""
+    if uncut:
+        kept = _plain_weights(x, ok, row_max, scale, table_ptr)
+    else:
+        kept = _kept_weights(x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr, INT32_KEYS)
+    return kept
 
 
 @triton.jit
@@ -408,9 +457,17 @@ def _chunk_max_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len
     argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
     sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
     ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
-    for tile in range(chunk_len // BLOCK_V):
-        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
-        chunk_max, argmax, sum_exp = _online_max(x, cols, ok, chunk_max, argmax, sum_exp, WANT_LSE)
+    if WANT_LSE:
+        for tile in range(chunk_len // BLOCK_V):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
+            chunk_max, argmax, sum_exp = _online_max(x, cols, ok, chunk_max, argmax, sum_exp, WANT_LSE)
+    else:
+        lane_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
+        lane_arg = tl.full([BLOCK_R, BLOCK_V], NO_ID, dtype=tl.int32)
+        for tile in range(chunk_len // BLOCK_V):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
+            lane_max, lane_arg = _lane_max(x, cols[None, :], ok, lane_max, lane_arg)
+        chunk_max, argmax = _lanes_max(lane_max, lane_arg)
     offsets = row.to(tl.int64) * chunks + chunk
     tl.store(max_ptr + offsets, chunk_max, mask=row_ok)
     tl.store(arg_ptr + offsets, argmax, mask=row_ok)
@@ -731,9 +788,11 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
     # program's warps at every tile.
     kept_sums = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
     ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
+    uncut = _uncut(row_ok, greedy, chunk_key_cut, level_cut, min_weight)
     for tile in range(chunk_len // BLOCK_V):
         cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
-        kept_sums += _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, chunk_key_cut, level_cut, min_weight, table_ptr, True)
+        kept_sums += _pass_weights(uncut, x, cols[None, :], ok, row_max, argmax, scale, greedy, chunk_key_cut, level_cut, min_weight,
+                                   table_ptr, True)
     tl.store(kept_ptr + row.to(tl.int64) * chunks + chunk, tl.sum(kept_sums, axis=1), mask=row_ok)
     # One writer per row: the chunk that found the tie's id, else chunk 0 (which writes the level cut).
     tl.store(cuts_ptr + row.to(tl.int64) * 2, key_cut, mask=crossing | (row_ok & (row * 0 + chunk == 0) & (split == 0)))
@@ -789,9 +848,10 @@ def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, ro
         WANT_LSE)
     row_offsets = row.to(tl.int64) * stride_row
     ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
+    uncut = _uncut(row_ok, greedy, key_cut, level_cut, min_weight)
     for tile in range(chunk_len // BLOCK_V):
         cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
-        kept = _kept_weights(x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr, True)
+        kept = _pass_weights(uncut, x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr, True)
         tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], _probabilities(kept, kept_total), mask=ok)
 
 

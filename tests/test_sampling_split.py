@@ -21,7 +21,11 @@ counts than a slab holds). The first search pass's packed token counts are unpac
 constant row's ids share a level in every group and the others mostly do not) fail here with the
 grouped add counting 1 instead of the group's count, with the cut tile taken one tile early, or with
 the count above the top-k cut taken at its tile's start (checked by mutation, 2026-11-28,
-twenty-eighth session). Runs in a fresh process: TRITON_INTERPRET must be set before kernels are
+twenty-eighth session). Every row greedy takes each row's argmax from the max pass's per-lane
+maxima (ties across lanes, tiles and chunks, an all -inf row); temperature alone takes the kept
+pass without its tests (``_pass_weights``): the argmax reduced as the highest id of the max, a lane
+taking equal maxima, and a level one off in the plain weights each fail here (checked by mutation,
+2026-11-28, twenty-ninth session). Runs in a fresh process: TRITON_INTERPRET must be set before kernels are
 defined.
 """
 import textwrap
@@ -75,6 +79,7 @@ PROBE = textwrap.dedent("""
         "top-p only": dict(temperature=0.9, top_p=0.8),
         "temperature only": dict(temperature=1.1),
         "min-p only": dict(temperature=1.0, min_p=0.2),
+        "every row greedy": dict(temperature=torch.zeros(rows)),
         # tensors with every mask off: the host launches the bin passes and every program skips them
         "tensor parameters, masks off": dict(temperature=temperature, top_k=torch.zeros(rows, dtype=torch.int64),
                                              top_p=torch.ones(rows)),
@@ -150,5 +155,5 @@ PROBE = textwrap.dedent("""
 
 def test_split_row_processing_matches_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 4 * (9 * 2 + 5) + 3
+    assert len(results) == 4 * (10 * 2 + 5) + 3
     assert all(results.values()), {case: same for case, same in results.items() if not same}
