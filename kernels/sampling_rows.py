@@ -825,13 +825,18 @@ def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, ro
                   temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value, min_p_value,
                   tensor_params, table_ptr,
                   max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, probs_ptr, lse_ptr, chunks,
-                  accept_ptr, num_correct_ptr, accept_width, requests,
+                  accept_ptr, num_correct_ptr, accept_width, requests, parts,
                   BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, C_PAD: tl.constexpr, WANT_LSE: tl.constexpr, FINAL_ROWS: tl.constexpr):
-    """Step 5 on this chunk: float32(w) / float32(W') with W' the row's kept total. FINAL_ROWS:
-    axis 1 counts requests, and a request's row is its walk's final node, accept_index[b,
-    num_correct[b]] of a Verdict ((requests, accept_width) and (requests,) int32): the whole row
-    that a sampling walk reads (``process_path_rows``); no log-sum-exp then."""
-    chunk = tl.program_id(0)
+    """Step 5 on this part of a chunk (axis 0: chunk * ``parts`` + part; a part holds
+    cdiv(tiles, parts) of the chunk's tiles, the last fewer or none): float32(w) / float32(W')
+    with W' the row's kept total. FINAL_ROWS: axis 1 counts requests, and a request's row is its
+    walk's final node, accept_index[b, num_correct[b]] of a Verdict ((requests, accept_width) and
+    (requests,) int32): the whole row that a sampling walk reads (``process_path_rows``); no
+    log-sum-exp then."""
+    chunk = tl.program_id(0) // parts
+    tiles = chunk_len // BLOCK_V
+    part_tiles = tl.cdiv(tiles, parts)
+    first_tile = (tl.program_id(0) - chunk * parts) * part_tiles
     if FINAL_ROWS:
         request = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
         request_ok = request < requests
@@ -844,12 +849,12 @@ def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, ro
         row_ok = row < rows
     greedy, scale, min_weight, row_max, argmax, key_cut, level_cut, kept_total = _processed_row(
         row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
-        min_p_value, tensor_params, max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, lse_ptr, row_ok & (row * 0 + chunk == 0), chunks, C_PAD,
-        WANT_LSE)
+        min_p_value, tensor_params, max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, lse_ptr, row_ok & (row * 0 + tl.program_id(0) == 0),
+        chunks, C_PAD, WANT_LSE)
     row_offsets = row.to(tl.int64) * stride_row
-    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
+    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, first_tile, vocab, stride_col, BLOCK_V)
     uncut = _uncut(row_ok, greedy, key_cut, level_cut, min_weight)
-    for tile in range(chunk_len // BLOCK_V):
+    for tile in range(first_tile, tl.minimum(first_tile + part_tiles, tiles)):
         cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
         kept = _pass_weights(uncut, x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr, True)
         tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], _probabilities(kept, kept_total), mask=ok)
@@ -1104,7 +1109,7 @@ def _process_slab(logits: torch.Tensor, probs: torch.Tensor, lse: torch.Tensor, 
     partials = _row_partials(logits, rows_per_request, params, search=search, want_lse=want_lse, config=config)
     rows = logits.shape[0]
     _probs_kernel[(config.chunks, cdiv(rows, config.rows))](
-        *partials.row_args, *partials.step5_args(probs, lse), partials.chunk_arg, partials.chunk_arg, 0, 0,  # no Verdict: int32 placeholders
+        *partials.row_args, *partials.step5_args(probs, lse), partials.chunk_arg, partials.chunk_arg, 0, 0, 1,  # no Verdict: int32 placeholders
         BLOCK_R=config.rows, BLOCK_V=config.block_v, C_PAD=config.c_pad, WANT_LSE=want_lse, FINAL_ROWS=False, num_warps=config.warps)
 
 
@@ -1154,10 +1159,30 @@ def process_path_rows(logits: torch.Tensor, candidates: torch.Tensor, walk: Call
         logits, logits.stride(0), logits.stride(1), rows, vocab, *partials.step5_args(probs, lse), candidates.contiguous(),
         BLOCK_R=block_r, N_PAD=max(next_power_of_2(nodes), 2), C_PAD=config.c_pad, WANT_LSE=want_lse, num_warps=config.warps)
     verdict = walk(probs)
-    _probs_kernel[(config.chunks, cdiv(requests, config.rows))](
+    parts = final_row_parts(target, config, requests)
+    _probs_kernel[(config.chunks * parts, cdiv(requests, config.rows))](
         *partials.row_args, *partials.step5_args(probs, lse), verdict.accept_index, verdict.num_correct, verdict.accept_index.shape[1],
-        requests, BLOCK_R=config.rows, BLOCK_V=config.block_v, C_PAD=config.c_pad, WANT_LSE=False, FINAL_ROWS=True, num_warps=config.warps)
+        requests, parts, BLOCK_R=config.rows, BLOCK_V=config.block_v, C_PAD=config.c_pad, WANT_LSE=False, FINAL_ROWS=True,
+        num_warps=config.warps)
     return probs, (lse if want_lse else None), verdict
+
+
+# Programs an SM of the final rows' probabilities (process_path_rows), about two waves of the
+# probability pass's (4 resident an SM at its 48-64 registers and 256 threads).
+FINAL_PROGRAMS_PER_SM = 8
+
+
+def final_row_parts(target: KernelTarget, config: SplitLaunch, requests: int) -> int:
+    """Parts each chunk of the final rows' probability launch is cut into. That launch has one
+    row a request, an N-th of the rows whose statistics set the chunks, so its chunks alone left
+    most of the GPU idle (bs 64 N 4 V 151936 on 132 SMs: 256 programs of 37 tiles, one wave at
+    two an SM); parts of whole tiles give it about FINAL_PROGRAMS_PER_SM programs an SM. The
+    interpreter keeps whole chunks (tests/test_sampling_split.py patches this to cut them)."""
+    if target.vendor == "interpreter":
+        return 1
+    tiles = config.chunk_len // config.block_v
+    programs = config.chunks * cdiv(requests, config.rows)
+    return max(1, min(tiles, cdiv(FINAL_PROGRAMS_PER_SM * target.multiprocessors, programs)))
 
 
 def candidate_rows_per_program(target: KernelTarget, nodes: int) -> int:
@@ -1200,7 +1225,7 @@ def _kernel_specs(config: SplitLaunch):
         # FINAL_ROWS (process_path_rows) never wants the log-sum-exp
         for final_rows in (False, True) if not want_lse else (False,):
             specs.append((_probs_kernel, {**row, **params, **_STEP5, "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_width": "i32",
-                                          "requests": "i32", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "C_PAD": "constexpr",
+                                          "requests": "i32", "parts": "i32", "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "C_PAD": "constexpr",
                                           "WANT_LSE": "constexpr", "FINAL_ROWS": "constexpr"},
                           {"BLOCK_R": config.rows, "BLOCK_V": config.block_v, "C_PAD": config.c_pad, "WANT_LSE": want_lse,
                            "FINAL_ROWS": final_rows}, {}))
@@ -1245,7 +1270,8 @@ def compile_specs(target: KernelTarget):
                     final = constexprs.get("FINAL_ROWS", False)
                     values = {"stride_row": vocab, "stride_col": 1, "rows": rows, "vocab": vocab, "chunk_len": config.chunk_len,
                               "rows_per_request": nodes, "chunks": config.chunks, "top_k_value": 50, "tensor_params": 15,
-                              "accept_width": 6 if final else 0, "requests": max(rows // nodes, 1) if final else 0}
+                              "accept_width": 6 if final else 0, "requests": max(rows // nodes, 1) if final else 0,
+                              "parts": final_row_parts(target, config, max(rows // nodes, 1)) if final else 1}
                     specs.append(runtime_specialized(target, kernel, full, constexprs, config.warps,
                                                      values={name: value for name, value in values.items() if name in full}) + (options,))
         # the window fold and cuts read no logits

@@ -25,7 +25,8 @@ twenty-eighth session). Every row greedy takes each row's argmax from the max pa
 maxima (ties across lanes, tiles and chunks, an all -inf row); temperature alone takes the kept
 pass without its tests (``_pass_weights``): the argmax reduced as the highest id of the max, a lane
 taking equal maxima, and a level one off in the plain weights each fail here (checked by mutation,
-2026-11-28, twenty-ninth session). Runs in a fresh process: TRITON_INTERPRET must be set before kernels are
+2026-11-28, twenty-ninth session). The final rows' probabilities of ``process_path_rows`` run
+in 3 parts a chunk (``final_row_parts``; 1 on the interpreter otherwise). Runs in a fresh process: TRITON_INTERPRET must be set before kernels are
 defined.
 """
 import textwrap
@@ -53,6 +54,9 @@ PROBE = textwrap.dedent("""
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
     provider_path_choice = sampling_kernels._every_row_in_parallel
     path_rows_choice = rows_kernels.path_rows_pay
+    # the final rows' probabilities in 3 parts a chunk (a GPU's launch; the interpreter keeps 1):
+    # 10 tiles as 4 + 4 + 2, 3 as 1 + 1 + 1, 1 as 1 + none + none
+    rows_kernels.final_row_parts = lambda target, config, requests: 3
     generator = torch.Generator().manual_seed(3)
     rows, vocab = 10, 150
     x = torch.randn(rows, vocab, generator=generator) * 3
