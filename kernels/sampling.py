@@ -45,9 +45,9 @@ from spec_hal.types import DraftTree, Verdict
 from . import verify as verify_kernels
 from . import sampling_rows
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, NO_ID, _binding, _distance_levels, _kept_weights,
-                            _lane_max, _lanes_max, _levels, _next_tile, _online_max, _pass_weights, _probabilities, _raw_tile,
-                            _request_params, _sanitized, _uncut, _weights)
+from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, _binding, _distance_levels, _kept_weights,
+                            _levels, _max_pass, _next_tile, _pass_weights, _probabilities, _raw_tile, _request_params, _sanitized,
+                            _uncut, _weights)
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
@@ -320,21 +320,7 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
     # V 151936, 1.00x at V 32000; BENCHMARKS.md, twenty-second session).
     row_len = num_blocks * BLOCK_V
     # Pass 1: max, argmax (lowest id of the max) and, for raw logprobs, the online log-sum-exp.
-    row_max = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
-    argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
-    sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
-    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V)
-    if WANT_LSE:
-        for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
-            row_max, argmax, sum_exp = _online_max(x, cols, ok, row_max, argmax, sum_exp, WANT_LSE)
-    else:
-        lane_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
-        lane_arg = tl.full([BLOCK_R, BLOCK_V], NO_ID, dtype=tl.int32)
-        for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
-            lane_max, lane_arg = _lane_max(x, cols[None, :], ok, lane_max, lane_arg)
-        row_max, argmax = _lanes_max(lane_max, lane_arg)
+    row_max, argmax, sum_exp = _max_pass(logits_ptr, row_offsets, row_ok, 0, row_len, vocab, stride_col, BLOCK_R, BLOCK_V, WANT_LSE)
     lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
 
     # The cuts, by bitwise searches for the largest level L whose (monotone) predicate holds:

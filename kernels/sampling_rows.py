@@ -100,20 +100,18 @@ def _load_logits(logits_ptr, row_offsets, cols, ok, stride_col):
 
 
 @triton.jit
-def _online_max(x, cols, ok, run_max, argmax, sum_exp, WANT_LSE: tl.constexpr):
+def _online_max(x, cols, ok, run_max, argmax, sum_exp):
     """One tile (x: (R, T) logits at ids ``cols``, ``ok`` in range) of the online pass over a row:
-    (max, argmax, sum of exp(x - max) (WANT_LSE)). argmax is the lowest id of the maximum; it
-    starts at NO_ID and takes the first tile's id even when that tile is all -inf."""
+    (max, argmax, sum of exp(x - max)). argmax is the lowest id of the maximum; it starts at NO_ID
+    and takes the first tile's id even when that tile is all -inf."""
     tile_max = tl.max(x, axis=1)
     tile_arg = tl.min(tl.where(ok & (x == tile_max[:, None]), cols[None, :], NO_ID), axis=1)
     argmax = tl.where((tile_max > run_max) | (argmax == NO_ID), tile_arg, argmax)
     new_max = tl.maximum(run_max, tile_max)
-    if WANT_LSE:
-        finite = new_max > float("-inf")
-        rescale = tl.where(finite & (run_max > float("-inf")), tl.exp(run_max - new_max), 0.0)
-        tile_sum = tl.sum(tl.where(finite[:, None], tl.exp(x - new_max[:, None]), 0.0), axis=1)
-        sum_exp = sum_exp * rescale + tile_sum
-    return new_max, argmax, sum_exp
+    finite = new_max > float("-inf")
+    rescale = tl.where(finite & (run_max > float("-inf")), tl.exp(run_max - new_max), 0.0)
+    tile_sum = tl.sum(tl.where(finite[:, None], tl.exp(x - new_max[:, None]), 0.0), axis=1)
+    return new_max, argmax, sum_exp * rescale + tile_sum
 
 
 @triton.jit
@@ -315,6 +313,30 @@ def _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, v
 
 
 @triton.jit
+def _max_pass(logits_ptr, row_offsets, row_ok, chunk, chunk_len, vocab, stride_col, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
+              WANT_LSE: tl.constexpr):
+    """(max, lowest argmax, sum of exp(x - max) (WANT_LSE; else 0)) of chunk ``chunk`` of (R,)
+    rows (the fused walk: a whole row as chunk 0): the online pass with the log-sum-exp, else
+    per-lane maxima reduced once (``_lane_max``)."""
+    run_max = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
+    sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
+    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
+    if WANT_LSE:
+        for tile in range(chunk_len // BLOCK_V):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
+            run_max, argmax, sum_exp = _online_max(x, cols, ok, run_max, argmax, sum_exp)
+    else:
+        lane_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
+        lane_arg = tl.full([BLOCK_R, BLOCK_V], NO_ID, dtype=tl.int32)
+        for tile in range(chunk_len // BLOCK_V):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
+            lane_max, lane_arg = _lane_max(x, cols[None, :], ok, lane_max, lane_arg)
+        run_max, argmax = _lanes_max(lane_max, lane_arg)
+    return run_max, argmax, sum_exp
+
+
+@triton.jit
 def _row_max(max_ptr, arg_ptr, row, row_ok, chunks, C_PAD: tl.constexpr):
     """(max, argmax) of (R,) rows from their chunks': the lowest id of the max, as one pass would
     find it (an all -inf row: id 0, chunk 0's lowest)."""
@@ -453,21 +475,7 @@ def _chunk_max_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len
     row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = row < rows
     row_offsets = row.to(tl.int64) * stride_row
-    chunk_max = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
-    argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
-    sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
-    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
-    if WANT_LSE:
-        for tile in range(chunk_len // BLOCK_V):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
-            chunk_max, argmax, sum_exp = _online_max(x, cols, ok, chunk_max, argmax, sum_exp, WANT_LSE)
-    else:
-        lane_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
-        lane_arg = tl.full([BLOCK_R, BLOCK_V], NO_ID, dtype=tl.int32)
-        for tile in range(chunk_len // BLOCK_V):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
-            lane_max, lane_arg = _lane_max(x, cols[None, :], ok, lane_max, lane_arg)
-        chunk_max, argmax = _lanes_max(lane_max, lane_arg)
+    chunk_max, argmax, sum_exp = _max_pass(logits_ptr, row_offsets, row_ok, chunk, chunk_len, vocab, stride_col, BLOCK_R, BLOCK_V, WANT_LSE)
     offsets = row.to(tl.int64) * chunks + chunk
     tl.store(max_ptr + offsets, chunk_max, mask=row_ok)
     tl.store(arg_ptr + offsets, argmax, mask=row_ok)

@@ -26,7 +26,8 @@ maxima (ties across lanes, tiles and chunks, an all -inf row); temperature alone
 pass without its tests (``_pass_weights``): the argmax reduced as the highest id of the max, a lane
 taking equal maxima, and a level one off in the plain weights each fail here (checked by mutation,
 2026-11-28, twenty-ninth session). The final rows' probabilities of ``process_path_rows`` run
-in 3 parts a chunk (``final_row_parts``; 1 on the interpreter otherwise). Runs in a fresh process: TRITON_INTERPRET must be set before kernels are
+in 3 parts a chunk (``final_row_parts``; 1 on the interpreter otherwise); on flat rows a part
+that skips a tile fails here (checked by mutation, the same session). Runs in a fresh process: TRITON_INTERPRET must be set before kernels are
 defined.
 """
 import textwrap
@@ -130,6 +131,15 @@ PROBE = textwrap.dedent("""
             same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
             results[f"chunk_len={chunk_len} tree every row, path rows {path_rows}"] = bool(
                 same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
+            # flat rows, temperature alone: the final rows' mass spread over every tile, so that a
+            # tile the final rows' launch leaves unwritten changes the final token
+            args = dict(temperature=torch.tensor([1.5, 1.5]), seed=seed, offset=offset, logprobs="processed")
+            flat_logits = torch.randn(2, 5, vocab, generator=torch.Generator().manual_seed(5)) * 0.5
+            want = reference.verify_sampling_from_logits(tree, candidates, flat_logits, **args)
+            got = kernels.verify_sampling_from_logits(tree, candidates, flat_logits, **args)
+            same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
+            results[f"chunk_len={chunk_len} flat tree every row, path rows {path_rows}"] = bool(
+                same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
             args = dict(temperature=torch.tensor([0.7, 1.1]), top_p=torch.tensor([0.95, 0.6]), seed=seed, offset=offset, logprobs="raw")
             want = reference.verify_chain_sampling_from_logits(chain_drafts, None, chain_logits, **args)
             got = kernels.verify_chain_sampling_from_logits(chain_drafts, None, chain_logits, **args)
@@ -159,5 +169,5 @@ PROBE = textwrap.dedent("""
 
 def test_split_row_processing_matches_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 4 * (10 * 2 + 5) + 3
+    assert len(results) == 4 * (10 * 2 + 7) + 3
     assert all(results.values()), {case: same for case, same in results.items() if not same}
