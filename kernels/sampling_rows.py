@@ -472,8 +472,7 @@ def _chunk_max_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len
                       BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr):
     """Step 1 per chunk: max, lowest argmax and (WANT_LSE) the online sum exp(x - max)."""
     chunk = tl.program_id(0)
-    row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
+    row, row_ok = _row_block(1, rows, BLOCK_R)
     row_offsets = row.to(tl.int64) * stride_row
     chunk_max, argmax, sum_exp = _max_pass(logits_ptr, row_offsets, row_ok, chunk, chunk_len, vocab, stride_col, BLOCK_R, BLOCK_V, WANT_LSE)
     offsets = row.to(tl.int64) * chunks + chunk
@@ -846,15 +845,13 @@ def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, ro
     part_tiles = tl.cdiv(tiles, parts)
     first_tile = (tl.program_id(0) - chunk * parts) * part_tiles
     if FINAL_ROWS:
-        request = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-        request_ok = request < requests
+        request, request_ok = _row_block(1, requests, BLOCK_R)
         accepted = tl.load(num_correct_ptr + request, mask=request_ok, other=0)
         row = tl.load(accept_ptr + request.to(tl.int64) * accept_width + accepted, mask=request_ok, other=-1)
         row_ok = request_ok & (row >= 0) & (row < rows)  # never otherwise: the walk wrote it
         row = tl.where(row_ok, row, 0)
     else:
-        row = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-        row_ok = row < rows
+        row, row_ok = _row_block(1, rows, BLOCK_R)
     greedy, scale, min_weight, row_max, argmax, key_cut, level_cut, kept_total = _processed_row(
         row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
         min_p_value, tensor_params, max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, lse_ptr, row_ok & (row * 0 + tl.program_id(0) == 0),
@@ -878,8 +875,7 @@ def _candidate_probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, row
     tokens of its request's (requests, N) ``cand`` (ids outside [0, V) skipped; a repeated id
     writes the same value twice), and every row's log-sum-exp (WANT_LSE): what a sampling walk
     reads of a row it passes through (``process_path_rows``)."""
-    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = row < rows
+    row, row_ok = _row_block(0, rows, BLOCK_R)
     greedy, scale, min_weight, row_max, argmax, key_cut, level_cut, kept_total = _processed_row(
         row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
         min_p_value, tensor_params, max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, lse_ptr, row_ok, chunks, C_PAD, WANT_LSE)
