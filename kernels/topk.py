@@ -65,6 +65,7 @@ EMPTY_KEY = tl.constexpr(-9223372036854775807)
 # Keys of masked tokens (token_bitmask): -2^63 + (2^31 - 1 - id), below every real key (the lowest
 # is about -9.19e18) and above EMPTY_KEY, ordered by id ascending, and decoded by _key_id.
 MASKED_KEY_TOP = tl.constexpr(-9223372036854775807 + 2147483646)
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 # Orders (``_ordered``) below every real value's (that of -inf is ORDERED_NEG_INF): the max of a
@@ -176,18 +177,21 @@ def _picked_allowed(mask_ptr, index_ptr, row, picked, num_masks, mask_width, K_P
 
 
 @triton.jit
-def _tile_stats(raw, tile, row, vocab, sub_order_row, mask_ptr, index_ptr, map_ptr, num_masks, mask_width, BLOCK: tl.constexpr,
+def _tile_stats(raw, tile, row, in_vocab, sub_order_row, mask_ptr, index_ptr, map_ptr, num_masks, mask_width, BLOCK: tl.constexpr,
                 SUB: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_MAP: tl.constexpr):
     """Stores the sub-tile maxima of one tile of raw logits and returns the tile's max ``m`` and
-    ``sum exp(x - m)`` (0 for a tile without a finite max)."""
+    ``sum exp(x - m)`` (0 for a tile without a finite max). ``in_vocab``: which of the tile's ids
+    are in the vocabulary (a constant for a whole tile, whose selects then fold away)."""
     cols = tile * BLOCK + tl.arange(0, BLOCK)
-    in_vocab = cols < vocab
     values, allowed = _logit_values(raw, cols, in_vocab, row, tile * BLOCK, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
                                     BLOCK, HAS_MASK, HAS_INDEX, HAS_MAP, True)
     sub_orders, tile_max = _sub_tile_orders(values, allowed, in_vocab, BLOCK, SUB, HAS_MASK)
     tl.store(sub_order_row + tile * (BLOCK // SUB) + tl.arange(0, BLOCK // SUB), sub_orders)
     safe_max = tl.where(tile_max == float("-inf"), 0.0, tile_max)
-    return tile_max, tl.sum(tl.where(in_vocab, tl.exp(values - safe_max), 0.0), axis=0)
+    # exp as exp2 of the log2e-scaled difference: tl.exp's denormal-safe ex2 costs three multiplies
+    # and a compare an id more on sm_90 (this pass is bound by its instructions). The one result it
+    # changes, an exponential below 2^-126 now 0, is under an ulp of a sum that holds the max's 1.
+    return tile_max, tl.sum(tl.where(in_vocab, tl.exp2((values - safe_max) * LOG2E), 0.0), axis=0)
 
 
 @triton.jit
@@ -217,9 +221,14 @@ def _tile_stats_kernel(
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
     sub_order_row = sub_order_ptr + row.to(tl.int64) * subs_per_row
     cols = tile * BLOCK + tl.arange(0, BLOCK)
-    raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=cols < vocab, other=0.0)
-    tile_max, tile_sum = _tile_stats(raw, tile, row, vocab, sub_order_row, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
-                                     BLOCK, SUB, HAS_MASK, HAS_INDEX, HAS_MAP)
+    if (tile + 1) * BLOCK <= vocab:  # a whole tile (every one but a row's last): no bound tests
+        raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col)
+        tile_max, tile_sum = _tile_stats(raw, tile, row, tl.full([BLOCK], 1, tl.int1), sub_order_row, mask_ptr, index_ptr, map_ptr,
+                                         num_masks, mask_width, BLOCK, SUB, HAS_MASK, HAS_INDEX, HAS_MAP)
+    else:
+        raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=cols < vocab, other=0.0)
+        tile_max, tile_sum = _tile_stats(raw, tile, row, cols < vocab, sub_order_row, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
+                                         BLOCK, SUB, HAS_MASK, HAS_INDEX, HAS_MAP)
     # Stored as their bits: all of the scratch is one int32 allocation (spec_hal.device_buffers.carve).
     slot = row.to(tl.int64) * num_tiles + tile
     tl.store(tile_max_ptr + slot, tile_max.to(tl.int32, bitcast=True))
@@ -399,7 +408,7 @@ def _padded(count: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of (target, ints): computed once per shape
-def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = False) -> TopkLaunch:
+def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = False, element_size: int = 4) -> TopkLaunch:
     """Tile width, warps and sub-tile width per target; the same for every k. Every program
     reads one tile of one row.
 
@@ -413,6 +422,11 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
     gave each program a chunk of 32 or more 2048-id tiles, read one ahead. One 4096-id tile a
     program took 0.79-0.99x of that time at 160-2048 rows with V >= 128256 and the same time at
     4096 rows (H100; BENCHMARKS.md, seventeenth session), so the chunks are gone.
+
+    On NVIDIA, 2-byte logits (``element_size``) and masked launches take 128 threads a tile (twice
+    the ids a thread): measured on the H200 at bs 64-512, bfloat16 took 0.88-0.93x and masked
+    float32 0.85x of its time at 256 threads; unmasked float32 gained 1-7% at V >= 128256 but lost
+    up to 17% at V 32000-32001 (bs 64), so it keeps 256 (BENCHMARKS.md, thirtieth session).
     """
     if target.vendor == "interpreter":
         block = min(max(next_power_of_2(vocab), 16), 65536)
@@ -421,7 +435,8 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
     block = min(block, max(next_power_of_2(vocab), 128))
     if masked:
         block = min(block, MASKED_BLOCK)
-    return TopkLaunch(block=block, tile_warps=target.warps(256), sub=min(block, SUB_WIDTH))
+    threads = 128 if target.vendor == "nvidia" and (masked or element_size < 4) else 256
+    return TopkLaunch(block=block, tile_warps=target.warps(threads), sub=min(block, SUB_WIDTH))
 
 
 # From k = RANK_FROM_K the selection ranks its candidates all at once when there are at most
@@ -496,7 +511,7 @@ def draft_topk(
     rows, vocab = logits.shape
     device = logits.device
     has_mask = token_bitmask is not None
-    config = launch_config(target, rows, vocab, has_mask)
+    config = launch_config(target, rows, vocab, has_mask, logits.element_size())
     subs_per_row = config.subs_per_row(vocab)
     if subs_per_row > MAX_SUBS:
         from spec_hal.topk import draft_topk as reference
@@ -536,6 +551,7 @@ def draft_topk(
 PROVIDERS = {"draft_topk": (draft_topk, "kernels/topk.py: tile statistics and sub-tile maxima, then the k best sub-tiles read again, 2 launches")}
 
 _LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
+_ELEMENT_SIZES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
 
 
 # (HAS_MASK, HAS_INDEX, HAS_MAP, index pointer type, map pointer type) of the launches. Without a
@@ -603,7 +619,7 @@ def compile_specs(target: KernelTarget):
         widest = vocab == MAX_SUBS * SUB_WIDTH  # the most sub-tile maxima the selection ranks
         for logit_type in (_LOGIT_TYPES if rows == 256 else ("fp32",) if widest else ("fp32", "bf16")):
             for masking in (_MASKINGS[:2] if widest else _MASKINGS):
-                config = launch_config(target, rows, vocab, masking[0])
+                config = launch_config(target, rows, vocab, masking[0], _ELEMENT_SIZES[logit_type])
                 for specialized in (False, True):
                     key = ("stats", logit_type, config, vocab if specialized else None, masking)
                     specs[key] = _stats_spec(target, logit_type, config, vocab, masking, specialized)

@@ -22,13 +22,13 @@ PROBE = textwrap.dedent("""
     import spec_hal.kernels.topk as kt
 
     def launch_with(block, sub):
-        def launch(target, rows, vocab, masked=False):
+        def launch(target, rows, vocab, masked=False, element_size=4):
             return kt.TopkLaunch(block=block, tile_warps=1, sub=sub)
         return launch
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
     generator = torch.Generator().manual_seed(5)
-    rows, vocab = 8, 150  # 5 tiles of 32 ids or 3 of 64, the last one partial
+    rows, vocab = 8, 150  # 5 tiles of 32 ids or 3 of 64, the last one partial (the first 128 ids: whole tiles)
     logits = torch.randn(rows, vocab, generator=generator)
     logits[1] = torch.arange(vocab, dtype=torch.float32)            # every tile beats the floor
     logits[2] = -torch.arange(vocab, dtype=torch.float32)           # only the first tile enters
@@ -55,13 +55,14 @@ PROBE = textwrap.dedent("""
         "masked with index": {"token_bitmask": mask, "bitmask_index": index},
         "token map": {"token_map": token_map},
         "masked token map": {"token_map": token_map, "token_bitmask": pack_bitmask(allowed[:, token_map.argsort()])},
+        "whole tiles": {"columns": 128},  # every tile full: the statistics' unbounded path only
     }
     results = {}
     for block, sub in ((32, 32), (32, 8), (64, 16)):
         kt.launch_config = launch_with(block, sub)
         for name, args in cases.items():
             args = dict(args)
-            x = logits.to(args.pop("dtype", torch.float32))
+            x = logits[:, :args.pop("columns", vocab)].to(args.pop("dtype", torch.float32))
             for k in (1, 3, 5, 16):
                 want, got = reference.draft_topk(x, k, **args), kernels.draft_topk(x, k, **args)
                 same_ids = torch.equal(want[1], got[1])
@@ -84,5 +85,5 @@ PROBE = textwrap.dedent("""
 
 def test_tiles_and_sub_tiles_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 3 * 6 * 4 + 1
+    assert len(results) == 3 * 7 * 4 + 1
     assert all(results.values()), {case: same for case, same in results.items() if not same}
