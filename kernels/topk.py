@@ -188,9 +188,9 @@ def _tile_stats(raw, tile, row, in_vocab, sub_order_row, mask_ptr, index_ptr, ma
     sub_orders, tile_max = _sub_tile_orders(values, allowed, in_vocab, BLOCK, SUB, HAS_MASK)
     tl.store(sub_order_row + tile * (BLOCK // SUB) + tl.arange(0, BLOCK // SUB), sub_orders)
     safe_max = tl.where(tile_max == float("-inf"), 0.0, tile_max)
-    # exp as exp2 of the log2e-scaled difference: tl.exp's denormal-safe ex2 costs three multiplies
+    # exp as exp2 of the log2e-scaled difference: tl.exp's denormal-safe ex2 costs two multiplies
     # and a compare an id more on sm_90 (this pass is bound by its instructions). The one result it
-    # changes, an exponential below 2^-126 now 0, is under an ulp of a sum that holds the max's 1.
+    # changes there, an exponential below 2^-126 now 0, is under an ulp of a sum holding the max's 1.
     return tile_max, tl.sum(tl.where(in_vocab, tl.exp2((values - safe_max) * LOG2E), 0.0), axis=0)
 
 

@@ -7,7 +7,8 @@ conformance suite never merges tiles or ranks small sub-tiles there. This test l
 through the interpreter with 32- and 64-id tiles and 32-, 8- and 16-id sub-tiles, on logits chosen
 to make the sub-tile order matter (ascending and descending rows, heavy ties between sub-tile
 maxima, NaN/inf, all -inf and all-NaN rows, masks with fewer allowed tokens than k and a row
-allowing nothing, a token map), and compares ids bit for bit and probabilities within the suite's
+allowing nothing, a token map; the first 128 ids alone, every tile whole, so the statistics' path
+without bound tests ends a row), and compares ids bit for bit and probabilities within the suite's
 tolerance with the cpu reference. Reversing the sub-tiles' tie order (index descending) fails it.
 Runs in a fresh process: TRITON_INTERPRET must be set before kernels are defined.
 """
