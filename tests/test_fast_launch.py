@@ -315,7 +315,7 @@ def test_a_changed_global_falls_back_after_fast_checks(kind):
     assert fast.fallbacks == 1
 
 
-def test_direct_nvidia_launch_passes_what_the_launchers_call_would():
+def test_direct_nvidia_launch_passes_what_the_launchers_call_would(monkeypatch):
     """On a checked Triton, an entry without scratch memory calls CudaLauncher's C ``launch``
     itself: with the same arguments as Triton's own ``CudaLauncher.__call__`` passes it."""
     if fast_launch.direct_launch_version() is None:
@@ -349,9 +349,33 @@ def test_direct_nvidia_launch_passes_what_the_launchers_call_would():
         CudaLauncher.__call__(launcher, 3, 2, 1, 0x5EED, 0xF00, (4, 1, 0), None, None, None, y, x, 9, 7, 0.5, None, 16, 0)
     finally:
         driver._active = previous
-    assert calls[0] == calls[1]
+    assert calls[0] == calls[1]  # host tensors: passed as tensors, so the C launcher rejects them as it would
+    # Device tensors go as their addresses: every argument else as __call__ passes it.
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    launch(kernel, y, x, n=9)
+    assert len(calls) == 3 and calls[2] == as_addresses(calls[1])
+    assert tensors_in(calls[1]) == 2 and tensors_in(calls[2]) == 0
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: self is not x))  # one host tensor: all passed as tensors
+    launch(kernel, y, x, n=9)
+    assert calls[3] == calls[1]
     launcher.global_scratch_size = 8  # scratch memory: Triton's own __call__ allocates it
     assert fast_launch.direct_entry(compiled) is None
+
+
+def tensors_in(value) -> int:
+    """How many tensors ``value`` holds (inside tuples too)."""
+    if isinstance(value, tuple):
+        return sum(tensors_in(item) for item in value)
+    return int(isinstance(value, torch.Tensor))
+
+
+def as_addresses(value):
+    """``value`` with every tensor (inside tuples too) replaced by its data_ptr."""
+    if isinstance(value, torch.Tensor):
+        return value.data_ptr()
+    if isinstance(value, tuple):
+        return tuple(as_addresses(item) for item in value)
+    return value
 
 
 # ----------------------------------------------------------------------------------------------
