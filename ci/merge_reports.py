@@ -40,6 +40,21 @@ def column_name(report: dict) -> str:
     return f"{backend} (cpu)" if backend != "cpu" else "cpu"
 
 
+def _device(report: dict) -> str:
+    return f"({(report.get('capabilities') or {}).get('device_name')})"
+
+
+def _toolchain(report: dict) -> str:
+    versions = report.get("versions", {})
+    return f"torch {versions.get('torch')} / triton {versions.get('triton')}"
+
+
+def _distinct(names: list[str], details: list[str]) -> list[str]:
+    """``names`` with its ``detail`` appended to each name that more than one report shares (two
+    GPUs of one arch are told apart by the device, one GPU's runs by the toolchain)."""
+    return [f"{name} {detail}" if names.count(name) > 1 else name for name, detail in zip(names, details)]
+
+
 def cell(outcomes: list[str]) -> str:
     if any(outcome in FAILED for outcome in outcomes):
         return "fail"
@@ -52,13 +67,8 @@ def cell(outcomes: list[str]) -> str:
 
 def merge(reports: list[dict]) -> tuple[list[str], dict[tuple[str, str], dict[str, str]], list[dict]]:
     """(columns, {(op, dtype): {column: verdict}}, one header record per column)."""
-    names = [column_name(report) for report in reports]
-    columns = []
-    for name, report in zip(names, reports):
-        if names.count(name) > 1:
-            versions = report.get("versions", {})
-            name = f"{name} torch {versions.get('torch')} / triton {versions.get('triton')}"
-        columns.append(name)
+    columns = _distinct([column_name(report) for report in reports], [_device(report) for report in reports])
+    columns = _distinct(columns, [_toolchain(report) for report in reports])
     rows: dict[tuple[str, str], dict[str, list[str]]] = {}
     for column, report in zip(columns, reports):
         for case in report.get("cases", []):

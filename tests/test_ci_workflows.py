@@ -97,8 +97,8 @@ def test_every_conformance_lane_has_a_loadable_xfail_manifest():
             assert entry["reason"] and entry["link"]
 
 
-def _report(backend, arch, cases, torch="2.13.0"):
-    return {"backend": backend, "capabilities": {"arch": arch, "device_name": "dev"}, "suite_version": "1",
+def _report(backend, arch, cases, torch="2.13.0", device="dev"):
+    return {"backend": backend, "capabilities": {"arch": arch, "device_name": device}, "suite_version": "1",
             "versions": {"torch": torch, "triton": "3.9.0"}, "summary": {},
             "cases": [{"op": op, "params": params, "outcome": outcome} for op, params, outcome in cases]}
 
@@ -127,6 +127,13 @@ def test_merge_names_columns_apart_when_two_toolchains_share_backend_and_arch():
     reports = [_report("cpu", None, [("op", {}, "passed")]), _report("cpu", None, [("op", {}, "passed")], torch="2.11.0")]
     columns, _, _ = merge_reports.merge(reports)
     assert len(set(columns)) == 2 and "torch 2.11.0" in columns[1]
+
+
+def test_merge_names_columns_apart_by_device_when_two_gpus_share_an_arch():
+    reports = [_report("cuda", "sm_90", [("op", {}, "passed")], device="H100"), _report("cuda", "sm_90", [("op", {}, "passed")], device="H200"),
+               _report("rocm", "gfx942", [("op", {}, "passed")])]
+    columns, _, _ = merge_reports.merge(reports)
+    assert columns == ["cuda sm_90 (H100)", "cuda sm_90 (H200)", "rocm gfx942"]
 
 
 def test_merge_command_writes_markdown(tmp_path):
