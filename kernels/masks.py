@@ -36,7 +36,13 @@ def mask_row_base(index_ptr, rows, ok, num_masks, width, HAS_INDEX: tl.constexpr
     else:
         mask_row = tl.where(ok, rows.to(tl.int64), -1)
     constrained = ok & (mask_row >= 0) & (mask_row < num_masks)
-    return tl.where(constrained, mask_row, 0) * width, constrained
+    mask_row = tl.where(constrained, mask_row, 0)
+    if HAS_INDEX:
+        if index_ptr.dtype.element_ty == tl.int64:
+            # In [0, num_masks) here, so int32 holds it exactly: an int64 index's row kept 64 bits
+            # live, one SGPR too many for the tree sampling walk on gfx90a (a spill at 100).
+            mask_row = mask_row.to(tl.int32).to(tl.int64)
+    return mask_row * width, constrained
 
 
 @triton.jit
