@@ -50,9 +50,12 @@ def _toolchain(report: dict) -> str:
 
 
 def _distinct(names: list[str], details: list[str]) -> list[str]:
-    """``names`` with its ``detail`` appended to each name that more than one report shares (two
+    """``names``, each shared by reports whose ``details`` differ followed by its own detail (two
     GPUs of one arch are told apart by the device, one GPU's runs by the toolchain)."""
-    return [f"{name} {detail}" if names.count(name) > 1 else name for name, detail in zip(names, details)]
+    kinds: dict[str, set] = {}
+    for name, detail in zip(names, details):
+        kinds.setdefault(name, set()).add(detail)
+    return [f"{name} {detail}" if len(kinds[name]) > 1 else name for name, detail in zip(names, details)]
 
 
 def cell(outcomes: list[str]) -> str:

@@ -39,9 +39,9 @@ def mask_row_base(index_ptr, rows, ok, num_masks, width, HAS_INDEX: tl.constexpr
     mask_row = tl.where(constrained, mask_row, 0)
     if HAS_INDEX:
         if index_ptr.dtype.element_ty == tl.int64:
-            # In [0, num_masks) here, so an int32 holds it exactly wherever num_masks is one (typed
-            # int32, or the constexpr 1): an int64 index's row kept 64 bits live, one SGPR too many
-            # for the tree sampling walk on gfx90a (a spill at 100). Compile-time branches only.
+            # In [0, num_masks) here, so an int32 holds it exactly wherever num_masks is an int32
+            # (or the constexpr 1): an int64 index's row kept 64 bits live, one SGPR too many for
+            # the tree sampling walk on gfx90a (a spill at 100). Compile-time branches only.
             if isinstance(num_masks, tl.tensor):
                 if num_masks.dtype == tl.int32:
                     mask_row = mask_row.to(tl.int32).to(tl.int64)
