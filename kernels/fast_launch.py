@@ -441,7 +441,6 @@ def _generate(fast: FastRun) -> Callable:
     source = f"""
 def key({", ".join(parameters + ["_fl_tensor_spec=None", "**options"])}):
     _fl_native = _fl_tensor_spec is None
-    _fl_host = False
 {key_body}
     return {key_expr}
 
