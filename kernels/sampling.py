@@ -30,6 +30,7 @@ cases (thousands of rows) stay a few vectorised programs.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -40,6 +41,7 @@ import triton.language as tl
 
 import spec_hal.sampling as semantics
 from spec_hal import error_flag
+from spec_hal.device_buffers import allocate_persistent
 from spec_hal.types import DraftTree, Verdict
 
 from . import verify as verify_kernels
@@ -890,14 +892,45 @@ def _with_top_logprobs(verdict: Verdict, values, logits: torch.Tensor, sampling:
     return semantics.SampledVerdict(verdict, values, top.top_ids, top.top_logprobs)
 
 
-def _chain_tree(bs: int, steps: int, device) -> DraftTree:
-    """A chain root -> x_1 -> ... -> x_S as a DraftTree (only the links matter to the walk)."""
+# Per (device, S): (capacity, links) of chain trees for up to `capacity` requests (_chain_links).
+# Grown by powers of two; an outgrown generation is kept (_OUTGROWN), never freed: a captured CUDA
+# graph may still read it.
+_CHAIN_LINKS: dict = {}
+_OUTGROWN: list = []
+_CHAIN_LINKS_LOCK = threading.Lock()  # taken only to grow: no generation is dropped by a race
+
+
+def _chain_links(capacity: int, steps: int, device) -> torch.Tensor:
+    """(4, capacity, S+1) int64: the chain root -> x_1 -> ... -> x_S of each request as tree links
+    (next token, next sibling), its retrieve index (row r of the (bs*(S+1), V) logits), and zeros
+    (the root's candidate and coin columns)."""
     nodes = steps + 1
+    links = torch.full((4, capacity, nodes), -1, dtype=torch.int64, device=device)
     lanes = torch.arange(nodes, dtype=torch.int64, device=device)
-    next_token = torch.where(lanes < steps, lanes + 1, torch.full_like(lanes, -1)).expand(bs, nodes).contiguous()
-    next_sibling = torch.full((bs, nodes), -1, dtype=torch.int64, device=device)
-    index = torch.arange(bs * nodes, dtype=torch.int64, device=device).reshape(bs, nodes)
-    return DraftTree(index.reshape(-1), index.reshape(-1), index, next_token, next_sibling, None, "qlen", steps)
+    links[0] = torch.where(lanes < steps, lanes + 1, -1)
+    links[2] = torch.arange(capacity * nodes, dtype=torch.int64, device=device).view(capacity, nodes)
+    links[3] = 0
+    return links
+
+
+def _chain_parts(bs: int, steps: int, device) -> tuple[DraftTree, torch.Tensor, torch.Tensor]:
+    """(the chain as a DraftTree (only the links matter to the walk), a (bs, 1) int64 zero column,
+    a (bs, 1) float32 zero column), views of persistent buffers built once per device and S (and
+    when bs outgrows them): six torch launches a call fewer than building them."""
+    key = (device, steps)
+    entry = _CHAIN_LINKS.get(key)
+    if entry is None or entry[0] < bs:
+        with _CHAIN_LINKS_LOCK:
+            entry = _CHAIN_LINKS.get(key)
+            if entry is None or entry[0] < bs:
+                capacity = max(next_power_of_2(bs), 16)
+                if entry is not None:
+                    _OUTGROWN.append(entry)
+                entry = _CHAIN_LINKS[key] = (capacity, allocate_persistent(device, lambda: _chain_links(capacity, steps, device)))
+    next_token, next_sibling, index, zeros = entry[1][:, :bs].unbind(0)
+    flat = index.reshape(-1)
+    tree = DraftTree(flat, flat, index, next_token, next_sibling, None, "qlen", steps)
+    return tree, zeros[:, :1], zeros.view(torch.float32)[:, :1]
 
 
 def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_logits: torch.Tensor, *,
@@ -915,13 +948,14 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
     logits = target_logits.reshape(bs * nodes, vocab)
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     if draft_probs is None and not _every_row_in_parallel(target, bs * nodes):
-        candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
+        chain, zero_ids, zero_coins = _chain_parts(bs, steps, draft_ids.device)
+        candidates = torch.cat([zero_ids, draft_ids.to(torch.int64)], dim=1)
         tree_coins = tree_final = None
         if seed is None:  # the chain's coins (bs, S) drawn as the reference draws them, then a node-indexed (bs, N) table
             accept, tree_final = semantics.draw_coins(bs, steps, logits.device, seed=None, offset=None, generator=generator, coins=coins,
                                                       final_coins=final_coins)
-            tree_coins = torch.cat([accept, torch.zeros(bs, 1, dtype=torch.float32, device=accept.device)], dim=1)
-        verdict, values = _fused_walk(_chain_tree(bs, steps, draft_ids.device), candidates, logits, temperature=temperature, top_k=top_k,
+            tree_coins = torch.cat([accept, zero_coins], dim=1)
+        verdict, values = _fused_walk(chain, candidates, logits, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, offset=offset, generator=None, coins=tree_coins,
                                       final_coins=tree_final, logprobs=logprobs, out=out, target=target, as_chain=True)
         if logprobs is None or not top_logprobs:
@@ -930,9 +964,9 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
     accept, final = _coins(bs, steps, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
                            final_coins=final_coins, target=target)
     if draft_probs is None:
-        candidates = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=draft_ids.device), draft_ids.to(torch.int64)], dim=1)
-        tree_coins = torch.cat([accept, torch.zeros(bs, 1, dtype=torch.float32, device=accept.device)], dim=1)
-        chain = _chain_tree(bs, steps, draft_ids.device)
+        chain, zero_ids, zero_coins = _chain_parts(bs, steps, draft_ids.device)
+        candidates = torch.cat([zero_ids, draft_ids.to(torch.int64)], dim=1)
+        tree_coins = torch.cat([accept, zero_coins], dim=1)
         probs, lse, out = _rows_for_walk(chain, candidates, logits, tree_coins, final, sampling, want_lse=logprobs == "raw",
                                          top_logprobs=top_logprobs, out=out, target=target, record_as_chain=True)
         verdict = verify_kernels.verify_sampling(chain, candidates, probs, tree_coins, final, out=out, target=target,

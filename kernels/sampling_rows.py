@@ -1079,7 +1079,8 @@ def _row_partials(logits: torch.Tensor, rows_per_request: int, params: dict, *, 
     chunk_sum = torch.empty((rows, chunks) if want_lse else 1, dtype=torch.float32, device=device)
     bins = torch.empty((rows, chunks, 2, 16) if search else 1, dtype=torch.int64, device=device)
     search_state = torch.empty((rows, 5) if search else 1, dtype=torch.int64, device=device)
-    window_counts = torch.zeros((rows, chunks, 2, WINDOW_LEVELS) if search else 1, dtype=torch.int32, device=device)
+    # Zeroed only where launches 3-5 read it (a fill launch, host and device time, otherwise).
+    window_counts = torch.zeros((rows, chunks, 2, WINDOW_LEVELS), dtype=torch.int32, device=device) if search else chunk_arg
     window_cuts = torch.empty((rows, 4) if search else 1, dtype=torch.int64, device=device)
     cuts = torch.empty((rows, 2), dtype=torch.int64, device=device)
     kept = torch.empty((rows, chunks), dtype=torch.int64, device=device)
