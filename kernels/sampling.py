@@ -913,13 +913,22 @@ def _chain_links(capacity: int, steps: int, device) -> torch.Tensor:
     return links
 
 
+def _capturing(device) -> bool:
+    return device.type != "cpu" and torch.cuda.is_current_stream_capturing()
+
+
 def _chain_parts(bs: int, steps: int, device) -> tuple[DraftTree, torch.Tensor, torch.Tensor]:
     """(the chain as a DraftTree (only the links matter to the walk), a (bs, 1) int64 zero column,
     a (bs, 1) float32 zero column), views of persistent buffers built once per device and S (and
-    when bs outgrows them): six torch launches a call fewer than building them."""
+    when bs outgrows them): eight torch launches a call fewer than building them. A buffer is only
+    made outside a stream capture: built inside one, it would hold its values only once that graph
+    had replayed, and other graphs or eager calls could read it before. So a capture that outgrows
+    the buffer builds its own links, into its graph, as every call did before."""
     key = (device, steps)
     entry = _CHAIN_LINKS.get(key)
-    if entry is None or entry[0] < bs:
+    if (entry is None or entry[0] < bs) and _capturing(device):
+        entry = (bs, _chain_links(bs, steps, device))
+    elif entry is None or entry[0] < bs:
         with _CHAIN_LINKS_LOCK:
             entry = _CHAIN_LINKS.get(key)
             if entry is None or entry[0] < bs:

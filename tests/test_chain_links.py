@@ -3,7 +3,10 @@
 powers of two. Checked here: the links, retrieve index and zero columns equal a chain built from
 scratch at every batch size; growing keeps the outgrown buffer alive (a captured CUDA graph may
 still read it; freeing it would let the graph read reused memory); and a sequence of calls that
-grows the buffer between two batch sizes gives the cpu reference's verdicts at each call.
+grows the buffer between two batch sizes gives the cpu reference's verdicts at each call. Inside a
+stream capture (simulated: the CPU has none) a batch that outgrows the buffer gets links of its own
+and the cache is left as it was (a buffer made in a capture holds values only once that graph has
+replayed).
 Runs in a fresh process: TRITON_INTERPRET must be set before kernels are defined.
 """
 import textwrap
@@ -33,6 +36,10 @@ PROBE = textwrap.dedent("""
     result["outgrown kept"] = any(entry[1] is first[1] for entry in ks._OUTGROWN)
     result["small after growth"] = chain_ok(3, 4) and chain_ok(0, 4)
     result["other steps"] = chain_ok(5, 2)
+    ks._capturing = lambda device: True  # as inside a CUDA stream capture: no buffer made or grown
+    result["captured"] = chain_ok(100, 4) and chain_ok(3, 7)
+    result["cache after capture"] = [ks._CHAIN_LINKS[(torch.device("cpu"), 4)][0], (torch.device("cpu"), 7) in ks._CHAIN_LINKS]
+    ks._capturing = lambda device: False
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
     generator = torch.Generator().manual_seed(3)
@@ -57,4 +64,5 @@ def test_chain_links_are_exact_at_every_size_and_outgrown_buffers_stay_alive():
     assert result["small"] and result["grown"] and result["small after growth"] and result["other steps"], result
     assert result["capacities"] == [16, 64], result
     assert result["outgrown kept"], result
+    assert result["captured"] and result["cache after capture"] == [64, False], result
     assert result["verdicts"] == [True, True, True], result
