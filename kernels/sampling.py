@@ -914,7 +914,7 @@ def _chain_links(capacity: int, steps: int, device) -> torch.Tensor:
 
 
 def _capturing(device) -> bool:
-    return device.type != "cpu" and torch.cuda.is_current_stream_capturing()
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()  # ROCm devices are "cuda" too
 
 
 def _chain_parts(bs: int, steps: int, device) -> tuple[DraftTree, torch.Tensor, torch.Tensor]:
