@@ -970,12 +970,16 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
         if logprobs is None or not top_logprobs:
             return semantics.SampledVerdict(verdict, values)
         return _with_top_logprobs(verdict, values, logits, sampling, logprobs, top_logprobs, target)
-    accept, final = _coins(bs, steps, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
-                           final_coins=final_coins, target=target)
+    # Hashed coins depend on (seed, offset, position) alone, not on the table's width: hashed for all
+    # N positions they are the walk's node-indexed table itself (no cat). The leaf's coin (position
+    # S) is never read: no node follows the leaf.
+    hashed_table = draft_probs is None and seed is not None
+    accept, final = _coins(bs, nodes if hashed_table else steps, logits.device, seed=seed, offset=offset, generator=generator,
+                           coins=coins, final_coins=final_coins, target=target)
     if draft_probs is None:
         chain, zero_ids, zero_coins = _chain_parts(bs, steps, draft_ids.device)
         candidates = torch.cat([zero_ids, draft_ids.to(torch.int64)], dim=1)
-        tree_coins = torch.cat([accept, zero_coins], dim=1)
+        tree_coins = accept if hashed_table else torch.cat([accept, zero_coins], dim=1)
         probs, lse, out = _rows_for_walk(chain, candidates, logits, tree_coins, final, sampling, want_lse=logprobs == "raw",
                                          top_logprobs=top_logprobs, out=out, target=target, record_as_chain=True)
         verdict = verify_kernels.verify_sampling(chain, candidates, probs, tree_coins, final, out=out, target=target,
