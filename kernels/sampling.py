@@ -41,7 +41,7 @@ import triton.language as tl
 
 import spec_hal.sampling as semantics
 from spec_hal import error_flag
-from spec_hal.device_buffers import allocate_persistent
+from spec_hal.device_buffers import allocate_persistent, capturing
 from spec_hal.types import DraftTree, Verdict
 
 from . import verify as verify_kernels
@@ -913,10 +913,6 @@ def _chain_links(capacity: int, steps: int, device) -> torch.Tensor:
     return links
 
 
-def _capturing(device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()  # ROCm devices are "cuda" too
-
-
 def _chain_parts(bs: int, steps: int, device) -> tuple[DraftTree, torch.Tensor, torch.Tensor]:
     """(the chain as a DraftTree (only the links matter to the walk), a (bs, 1) int64 zero column,
     a (bs, 1) float32 zero column), views of persistent buffers built once per device and S (and
@@ -926,7 +922,7 @@ def _chain_parts(bs: int, steps: int, device) -> tuple[DraftTree, torch.Tensor, 
     the buffer builds its own links, into its graph, as every call did before."""
     key = (device, steps)
     entry = _CHAIN_LINKS.get(key)
-    if (entry is None or entry[0] < bs) and _capturing(device):
+    if (entry is None or entry[0] < bs) and capturing(device):
         entry = (bs, _chain_links(bs, steps, device))
     elif entry is None or entry[0] < bs:
         with _CHAIN_LINKS_LOCK:

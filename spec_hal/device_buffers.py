@@ -86,10 +86,19 @@ def int32_parts(sizes: Sequence[int], device) -> tuple[torch.Tensor, ...]:
     return carve(sizes, torch.int32, device)
 
 
+def capturing(device: torch.device) -> bool:
+    """Whether the current stream of ``device`` is being captured into a CUDA/HIP graph (ROCm
+    devices are "cuda" too; torch.cuda is not asked for other devices: a CPU-only torch raises)."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def allocate_persistent(device: torch.device, make: Callable[[], torch.Tensor]) -> torch.Tensor:
     """``make()`` (which allocates on ``device``), run where no graph pool can own the result;
-    the current stream waits for it, so the buffer is ready for the next kernel."""
-    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+    the current stream waits for it, so the buffer is ready for the next kernel. Inside a capture
+    ``make()`` runs there, and the buffer holds its values only once that graph has replayed: a
+    cache whose buffer a call can also build for itself should not keep one made in a capture
+    (``capturing``; kernels/sampling.py's chain links)."""
+    if device.type != "cuda" or capturing(device):
         return make()
     current = torch.cuda.current_stream(device)
     side = torch.cuda.Stream(device)

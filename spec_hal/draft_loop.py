@@ -49,6 +49,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from . import checks
+from .device_buffers import capturing
 from .errors import GraphStateError, InvalidInput
 from .graphs import GraphRunner
 from .topk import absolute_token_ids, check_token_map, check_token_map_values
@@ -220,8 +221,7 @@ class _CapturedLoop:
         self.guard_model_arguments = False
 
     def __call__(self, *, positions, probs, ids, hidden=None) -> dict[str, torch.Tensor]:
-        capturing = positions.is_cuda and torch.cuda.is_current_stream_capturing()
-        model = _ArgumentGuard(self.model) if self.guard_model_arguments and not capturing else self.model
+        model = _ArgumentGuard(self.model) if self.guard_model_arguments and not capturing(positions.device) else self.model
         records, last_hidden = _draft_loop(model, positions, probs, ids, hidden, steps=self.steps, topk=self.topk,
                                            chain_hidden=self.chain_hidden, backend=self.backend, **self.options)
         outputs = {field: torch.cat([getattr(record, field) for record in records], dim=1) for field in ("scores", "tokens", "parents")}

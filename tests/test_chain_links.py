@@ -36,10 +36,10 @@ PROBE = textwrap.dedent("""
     result["outgrown kept"] = any(entry[1] is first[1] for entry in ks._OUTGROWN)
     result["small after growth"] = chain_ok(3, 4) and chain_ok(0, 4)
     result["other steps"] = chain_ok(5, 2)
-    ks._capturing = lambda device: True  # as inside a CUDA stream capture: no buffer made or grown
+    ks.capturing = lambda device: True  # as inside a CUDA stream capture: no buffer made or grown
     result["captured"] = chain_ok(100, 4) and chain_ok(3, 7)
     result["cache after capture"] = [ks._CHAIN_LINKS[(torch.device("cpu"), 4)][0], (torch.device("cpu"), 7) in ks._CHAIN_LINKS]
-    ks._capturing = lambda device: False
+    ks.capturing = lambda device: False
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
     generator = torch.Generator().manual_seed(3)
