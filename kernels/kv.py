@@ -13,10 +13,10 @@ moves: load the chunk's source tiles, barrier, store them, next chunk, with the 
 read before this one is stored. Inside a chunk every read precedes every write; across chunks a
 slot's reader precedes its writer by the op's precondition (reader index < writer index), which
 also makes reading ahead safe, so the result is the gather-then-scatter of the reference.
-From ``PACK_FROM_MOVES`` entries on (not on AMD yet: ``packs_moves``), a small launch first packs
-the moves that copy something to the front of a scratch list (order kept, -1 after them), so that
-the chunks are full: lists from ``accepted_kv_moves`` are half -1 or more (rank 0, and every rank
-whose node is already in place).
+The list is walked as the caller laid it out, -1 entries and all: a first launch that packed the
+used moves to the front (until 2026-11-29) cost about 3 us, more than its fuller chunks saved once
+the walk kept no atomics (BENCHMARKS.md, thirty-third session). The default-mode records of bad
+entries come before the walk, a few entries a program.
 
 ``assign_draft_slots``: one program per request computes P9's formula for its K*S draft slots
 and its (K-1)*(P-1) prefix-tail copies.
@@ -61,88 +61,64 @@ def _accepted_moves_kernel(accept_index_ptr, index_stride_row, index_stride_col,
 
 
 @triton.jit
-def _chunk_moves(src_ptr, dst_ptr, start, num_moves, check_slots, records, flag_ptr, flag_code, CHUNK: tl.constexpr,
-                 RECORDS: tl.constexpr = True):
-    """(source, destination) int64 slots of moves ``start .. start + CHUNK - 1``, -1 past the list.
-    Default-mode records (spec_hal.kv.record_move_values), by the recording program: entries other
-    than -1 outside [0, check_slots) (the smallest num_slots of ALL caches) at index i. A packed
-    list (``RECORDS`` false) was recorded by its packing launch and compiles no records."""
+def _record_moves(src_ptr, dst_ptr, start, num_moves, check_slots, flag_ptr, flag_code, BLOCK: tl.constexpr):
+    """Default-mode records (spec_hal.kv.record_move_values) of entries ``start .. start + BLOCK -
+    1``: an entry other than -1 outside [0, check_slots) (the smallest num_slots of ALL caches)
+    at index i."""
+    moves = start + tl.arange(0, BLOCK)
+    in_list = moves < num_moves
+    source = tl.load(src_ptr + moves, mask=in_list, other=-1).to(tl.int64)
+    destination = tl.load(dst_ptr + moves, mask=in_list, other=-1).to(tl.int64)
+    record_invalid(flag_ptr, flag_code, ((source < -1) | (source >= check_slots)) & in_list, moves)
+    record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, ((destination < -1) | (destination >= check_slots)) & in_list, moves)
+
+
+@triton.jit
+def _chunk_rows(cache_base, src_ptr, dst_ptr, start, num_moves, num_slots, slot_stride, cols, in_row, CHUNK: tl.constexpr):
+    """(the rows of moves ``start .. start + CHUNK - 1`` in one column tile, their destinations,
+    which of them copy something). One unsigned compare a slot: -1 (skip), every other negative
+    and num_slots or more all copy nothing (four signed compares before; H200, (3, 1, 4) bs 256:
+    39.6 -> 39.2 us)."""
     moves = start + tl.arange(0, CHUNK)
     in_list = moves < num_moves
     source = tl.load(src_ptr + moves, mask=in_list, other=-1).to(tl.int64)
     destination = tl.load(dst_ptr + moves, mask=in_list, other=-1).to(tl.int64)
-    if RECORDS:
-        record_invalid(flag_ptr, flag_code, records & ((source < -1) | (source >= check_slots)) & in_list, moves)
-        record_invalid(flag_ptr, flag_code + ARGUMENT_STEP, records & ((destination < -1) | (destination >= check_slots)) & in_list, moves)
-    return source, destination
-
-
-@triton.jit
-def _pack_moves_kernel(src_ptr, dst_ptr, num_moves, check_slots, packed_src_ptr, packed_dst_ptr, count_ptr,
-                       flag_ptr, flag_code, BLOCK: tl.constexpr, SCAN: tl.constexpr):
-    """Program p packs entries ``p*BLOCK ..`` of the list: the used moves (source and destination
-    both >= 0) go to the front of ``packed_src``/``packed_dst`` (int64) in list order, every other
-    entry becomes -1 at the back, and the last program stores the number of used moves in
-    ``count``. Each program counts the used moves before its block itself (a few KB read from L2),
-    so the programs need no order among them. Records the bad entries of its block as
-    ``_chunk_moves`` does, at their index in the caller's list."""
-    first = tl.program_id(0).to(tl.int64) * BLOCK
-    used_before = first * 0
-    for start in range(0, first, SCAN):
-        entries = start + tl.arange(0, SCAN)
-        source = tl.load(src_ptr + entries, mask=entries < first, other=-1)
-        destination = tl.load(dst_ptr + entries, mask=entries < first, other=-1)
-        used_before += tl.sum(((source >= 0) & (destination >= 0)).to(tl.int64), 0)
-    source, destination = _chunk_moves(src_ptr, dst_ptr, first, num_moves, check_slots, first >= 0, flag_ptr, flag_code, BLOCK)
-    entries = first + tl.arange(0, BLOCK)
-    used = (source >= 0) & (destination >= 0)
-    used_through = used_before + tl.cumsum(used.to(tl.int64), 0)  # used entries up to and including each
-    # Unused entry i goes to num_moves - 1 - (unused entries before i): together they fill the back.
-    position = tl.where(used, used_through - 1, num_moves - 1 - (entries - used_through))
-    in_list = entries < num_moves
-    tl.store(packed_src_ptr + position, tl.where(used, source, -1), mask=in_list)
-    tl.store(packed_dst_ptr + position, tl.where(used, destination, -1), mask=in_list)
-    tl.store(count_ptr, used_before + tl.sum(used.to(tl.int64), 0), mask=tl.program_id(0) == tl.num_programs(0) - 1)
+    slots = num_slots.to(tl.uint64)
+    valid = (source.to(tl.uint64, bitcast=True) < slots) & (destination.to(tl.uint64, bitcast=True) < slots)
+    values = tl.load(cache_base + source[:, None] * slot_stride + cols[None, :], mask=valid[:, None] & in_row[None, :])
+    return values, destination, valid
 
 
 @triton.jit
 def _move_rows_kernel(base_ptr, cache_offsets_ptr, slot_stride, num_slots, row_length, src_ptr, dst_ptr, num_moves,
-                      count_ptr, check_slots, flag_ptr, flag_code, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
-                      OFFSET_MULTIPLE: tl.constexpr, PACKED: tl.constexpr):
+                      check_slots, flag_ptr, flag_code, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
+                      OFFSET_MULTIPLE: tl.constexpr, RECORD_BLOCK: tl.constexpr):
     # The host promises that each cache's offset from the first is a multiple of OFFSET_MULTIPLE
     # elements (16 bytes when every cache is 16-byte aligned). A loaded offset has no known
     # alignment otherwise, and every element becomes its own 1-8 byte access.
     cache_base = base_ptr + tl.multiple_of(tl.load(cache_offsets_ptr + tl.program_id(0)), OFFSET_MULTIPLE)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     in_row = cols < row_length
-    records = (tl.program_id(0) == 0) & (tl.program_id(1) == 0)
-    if PACKED:
-        # _pack_moves_kernel put the moves that copy something first (-1 after them) and recorded
-        # the bad entries. The first chunks are read without waiting for their number.
-        moves_end = tl.load(count_ptr)
-    else:
-        moves_end = num_moves
-    # A software pipeline of three stages: chunk c's rows are stored while chunk c+1's rows and
-    # chunk c+2's slot numbers are in flight. Reading ahead is safe by the op's precondition: a
-    # slot read by move j is never written by a move i < j, so no store of chunk c touches what
-    # chunk c+1 reads. Only the reads and writes of one chunk need the barrier between them.
-    source, destination = _chunk_moves(src_ptr, dst_ptr, 0, num_moves, check_slots, records, flag_ptr, flag_code, CHUNK,
-                                       not PACKED)
-    valid = (source >= 0) & (destination >= 0) & (source < num_slots) & (destination < num_slots)
-    values = tl.load(cache_base + source[:, None] * slot_stride + cols[None, :], mask=valid[:, None] & in_row[None, :])
-    next_source, next_destination = _chunk_moves(src_ptr, dst_ptr, CHUNK, num_moves, check_slots, records, flag_ptr, flag_code,
-                                                 CHUNK, not PACKED)
-    for start in range(0, moves_end, CHUNK):
-        later_source, later_destination = _chunk_moves(src_ptr, dst_ptr, start + 2 * CHUNK, num_moves, check_slots, records,
-                                                       flag_ptr, flag_code, CHUNK, not PACKED)
-        next_valid = (next_source >= 0) & (next_destination >= 0) & (next_source < num_slots) & (next_destination < num_slots)
-        next_values = tl.load(cache_base + next_source[:, None] * slot_stride + cols[None, :],
-                              mask=next_valid[:, None] & in_row[None, :])
+    # The default-mode records first, RECORD_BLOCK entries a program (grid-stride), so that no
+    # program's walk holds an atomic. Recorded per chunk by program (0, 0), as until 2026-11-29,
+    # they put an atomic (lanes masked off everywhere else) in every program's walk, and the walk
+    # of an unpacked list reached 68% of copy bandwidth where it now reaches 80% (H200). Before
+    # the walk rather than after: this placement compiles without spills on all six targets.
+    program = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+    for start in range(program * RECORD_BLOCK, num_moves, tl.num_programs(0) * tl.num_programs(1) * RECORD_BLOCK):
+        _record_moves(src_ptr, dst_ptr, start, num_moves, check_slots, flag_ptr, flag_code, RECORD_BLOCK)
+    # A software pipeline: chunk c's rows are stored while chunk c+1's are in flight. Reading ahead
+    # is safe by the op's precondition: a slot read by move j is never written by a move i < j, so
+    # no store of chunk c touches what chunk c+1 reads. Only the reads and writes of one chunk
+    # need the barrier between them.
+    values, destination, valid = _chunk_rows(cache_base, src_ptr, dst_ptr, 0, num_moves, num_slots, slot_stride, cols, in_row, CHUNK)
+    for start in range(0, num_moves, CHUNK):
+        next_values, next_destination, next_valid = _chunk_rows(cache_base, src_ptr, dst_ptr, start + CHUNK, num_moves, num_slots,
+                                                                slot_stride, cols, in_row, CHUNK)
         # Every thread of the program has read this chunk before any thread overwrites a slot.
         tl.debug_barrier()
         tl.store(cache_base + destination[:, None] * slot_stride + cols[None, :], values, mask=valid[:, None] & in_row[None, :])
         values, destination, valid = next_values, next_destination, next_valid
-        next_source, next_destination = later_source, later_destination
 
 
 @triton.jit
@@ -260,41 +236,34 @@ def _groups(caches) -> list:
     return list(groups.items())
 
 
-# From this many entries on, move_kv first packs the moves that copy something (a launch of about
-# 2 us), so that every chunk of the row kernel is full. Half-empty chunks left the (3, 1, 4) bs-256
-# move of the benchmark at 77% of copy bandwidth and lists with accept lengths uniform in 1..4 at
-# 22-33%; at 256-384 entries packing still took such lists 1.3-1.7x faster, while a bs-1 list
-# lost 1.7 us to the extra launch (BENCHMARKS.md, fifteenth session).
-PACK_FROM_MOVES = 256
+RECORD_BLOCK = 32  # entries a program of the row launch records before its walk
+LONG_LIST = 257  # entries from which NVIDIA launches move 64 rows a chunk (move_launch)
 
 
-def packs_moves(target: KernelTarget, num_moves: int) -> bool:
-    """Whether ``move_kv`` packs a list of ``num_moves`` entries before moving rows. Not on AMD:
-    its row launches differ (64-byte tiles, 64-move chunks), no AMD GPU was here to measure
-    what packing gains there, and the packed launch of 3-element rows spilled 4-6 SGPRs on
-    gfx90a and gfx950 (offline compile, Triton 3.9)."""
-    return target.vendor != "amd" and num_moves >= PACK_FROM_MOVES
+def move_launch(target: KernelTarget, row_length: int, element_size: int, num_moves: int, aligned: bool = True) -> tuple[int, int, int]:
+    """(BLOCK columns, CHUNK moves, warps) of ``_move_rows_kernel`` for a list of ``num_moves``
+    entries.
 
-
-PACK_BLOCK = 256  # entries a packing program owns (measured on the H100: 2.2-2.9 us for 512-2048 entries)
-PACK_SCAN = 1024  # entries a packing program counts at a time before its block
-
-
-def move_launch(target: KernelTarget, row_length: int, element_size: int, aligned: bool = True) -> tuple[int, int, int]:
-    """(BLOCK columns, CHUNK moves, warps) of ``_move_rows_kernel``.
-
-    NVIDIA: 512-byte column tiles, 32 moves per chunk, 4 16-byte vectors a thread (8 warps for
-    whole tiles). AMD: 64-byte tiles, 64 moves, at most 16 elements a thread. Interpreter: whole
-    rows and big chunks (few Python-level programs and iterations). Caches that are not all
-    16-byte aligned (``aligned=False``) cannot be read in vectors: every element then carries its
-    own 64-bit address, so chunks of 8 moves keep the two chunks in flight from spilling.
+    NVIDIA: 512-byte column tiles, 4 16-byte vectors a thread at 32 moves a chunk (8 warps for
+    whole tiles); chunks of 64 moves from ``LONG_LIST`` entries on, 32 below (H200: a list of 4-6
+    entries took 3.5 us in 64-move chunks and 2.5 in 32; one of 1024 entries 39.7 and 44.9). AMD:
+    64-byte tiles, 64 moves, at most 16 elements a thread. Interpreter: whole rows and big chunks
+    (few Python-level programs and iterations). Caches that are not all 16-byte aligned
+    (``aligned=False``) cannot be read in vectors: every element then carries its own 64-bit
+    address, so chunks of 8 moves keep the two chunks in flight from spilling.
     """
     if target.vendor == "interpreter":
         return max(next_power_of_2(row_length), 16), 256, 1
     if target.vendor == "nvidia":
         block = min(max(next_power_of_2(row_length), 16), 512 // element_size)
-        chunk = 32 if aligned else 8
-        return block, chunk, max(1, min(8, 32 * block * element_size // (16 * target.warp_size * 4)))
+        if not aligned:
+            # Two warps: at eight a whole misaligned tile kept a 16-byte frame on sm_90 (Triton 3.9).
+            return block, 8, 2
+        chunk = 64 if num_moves >= LONG_LIST else 32
+        # At least two warps for rows of a few elements (one, 16 elements a thread, kept an
+        # 8-byte frame on sm_80 with Triton 3.6), but one for bytes (two kept one on sm_90 with 3.9).
+        fewest = 1 if element_size == 1 else 2
+        return block, chunk, max(fewest, min(8, 32 * block * element_size // (16 * target.warp_size * 4)))
     block = min(max(next_power_of_2(row_length), 16), 64 // element_size)
     chunk = 64 if aligned else 8
     # At most 16 elements a thread (8 for bytes) at 64 moves a chunk.
@@ -312,23 +281,16 @@ def move_kv(caches, src, dst, *, target: KernelTarget):
     src, dst = src.contiguous(), dst.contiguous()  # the kernel indexes the move lists with unit stride
     # Every launch records the same codes (program (0, 0) of each; the atomic min keeps one).
     check_slots, flag = min(cache.shape[0] for cache in caches), error_flag.flag(src.device)
-    groups = [(key, group) for key, group in _groups(caches) if key[1] and key[3]]  # rows and slots to move
-    packed = bool(groups) and packs_moves(target, num_moves)
-    count = src  # read only by packed launches
-    if packed:
-        packed_src, packed_dst, count = carve((num_moves, num_moves, 1), torch.int64, src.device)
-        _pack_moves_kernel[(cdiv(num_moves, PACK_BLOCK),)](
-            src, dst, num_moves, check_slots, packed_src, packed_dst, count, flag, _MOVE_KV_CODE, BLOCK=PACK_BLOCK, SCAN=PACK_SCAN,
-            num_warps=1 if target.vendor == "interpreter" else 4)
-        src, dst = packed_src, packed_dst
-    for (dtype, row_length, slot_stride, num_slots, _), group in groups:
+    for (dtype, row_length, slot_stride, num_slots, _), group in _groups(caches):
+        if not (row_length and num_slots):  # nothing to move
+            continue
         # fp8 rows are moved as bytes: a bit copy needs no fp8 support in the interpreter.
         base = group[0].view(torch.uint8) if dtype.is_floating_point and group[0].element_size() == 1 else group[0]
         offsets, multiple = _offset_table(group, src.device)
-        block, chunk, warps = move_launch(target, row_length, group[0].element_size(), aligned=multiple > 1)
+        block, chunk, warps = move_launch(target, row_length, group[0].element_size(), num_moves, aligned=multiple > 1)
         _move_rows_kernel[(len(group), cdiv(row_length, block))](
-            base, offsets, slot_stride, num_slots, row_length, src, dst, num_moves, count,
-            check_slots, flag, _MOVE_KV_CODE, CHUNK=chunk, BLOCK=block, OFFSET_MULTIPLE=multiple, PACKED=packed,
+            base, offsets, slot_stride, num_slots, row_length, src, dst, num_moves,
+            check_slots, flag, _MOVE_KV_CODE, CHUNK=chunk, BLOCK=block, OFFSET_MULTIPLE=multiple, RECORD_BLOCK=RECORD_BLOCK,
             num_warps=warps,
         )
     return None
@@ -359,7 +321,7 @@ _DRAFT_SLOTS_CODE = error_flag.code("assign_draft_slots", "req_pool_indices")
 
 PROVIDERS = {
     "accepted_kv_moves": (accepted_kv_moves, "kernels/kv.py: one lane per (request, rank), bs*(S+1) entries, 1 launch"),
-    "move_kv": (move_kv, "kernels/kv.py: chunked gather/barrier/scatter with one chunk read ahead, 1 launch per (dtype, row, stride) group of caches, after one that packs the used moves from 256 entries on"),
+    "move_kv": (move_kv, "kernels/kv.py: chunked gather/barrier/scatter with one chunk read ahead, 1 launch per (dtype, row, stride) group of caches"),
     "assign_draft_slots": (assign_draft_slots, "kernels/kv.py: P9 page-aware formula, one program per request, 1 launch"),
 }
 
@@ -378,30 +340,27 @@ def compile_specs(target: KernelTarget):
                        "dst_ptr": f"*{index_type}", "rows": "i64", "width": "i64", "num_nodes": "i64",
                        "flag_ptr": "*i64", "flag_code": "i64", "BLOCK": "constexpr"},
                       {"BLOCK": 256}, 4))
+        signature = {"base_ptr": None, "cache_offsets_ptr": "*i64", "slot_stride": "i64", "num_slots": "i64", "row_length": "i64",
+                     "src_ptr": f"*{index_type}", "dst_ptr": f"*{index_type}", "num_moves": "i64", "check_slots": "i64",
+                     "flag_ptr": "*i64", "flag_code": "i64", "CHUNK": "constexpr", "BLOCK": "constexpr", "OFFSET_MULTIPLE": "constexpr",
+                     "RECORD_BLOCK": "constexpr"}
         for data_type, size in _TYPES.items():
+            signature["base_ptr"] = f"*{data_type}"
             for row_length in (3, 1024):
-                generic_block, generic_chunk, generic_warps = move_launch(target, row_length, size, aligned=False)
-                block, chunk, warps = move_launch(target, row_length, size)
-                for packed in (False, True) if packs_moves(target, PACK_FROM_MOVES) else (False,):
-                    list_type = "i64" if packed else index_type
-                    signature = {"base_ptr": f"*{data_type}", "cache_offsets_ptr": "*i64", "slot_stride": "i64", "num_slots": "i64",
-                                 "row_length": "i64", "src_ptr": f"*{list_type}", "dst_ptr": f"*{list_type}", "num_moves": "i64",
-                                 "count_ptr": f"*{list_type}", "check_slots": "i64", "flag_ptr": "*i64", "flag_code": "i64",
-                                 "CHUNK": "constexpr", "BLOCK": "constexpr", "OFFSET_MULTIPLE": "constexpr", "PACKED": "constexpr"}
-                    # Generic (misaligned caches) and as the JIT specialises aligned caches of a pool.
-                    specs.append((_move_rows_kernel, signature,
-                                  {"CHUNK": generic_chunk, "BLOCK": generic_block, "OFFSET_MULTIPLE": 1, "PACKED": packed}, generic_warps))
-                    specs.append(runtime_specialized(
+                generic_block, generic_chunk, generic_warps = move_launch(target, row_length, size, 1, aligned=False)
+                # Generic (misaligned caches) and as the JIT specialises aligned caches of a pool,
+                # for short and long lists.
+                specs.append((_move_rows_kernel, dict(signature), {"CHUNK": generic_chunk, "BLOCK": generic_block, "OFFSET_MULTIPLE": 1,
+                                                                   "RECORD_BLOCK": RECORD_BLOCK}, generic_warps))
+                for num_moves in (LONG_LIST - 1, LONG_LIST):
+                    block, chunk, warps = move_launch(target, row_length, size, num_moves)
+                    spec = runtime_specialized(
                         target, _move_rows_kernel, signature,
-                        {"CHUNK": chunk, "BLOCK": block, "OFFSET_MULTIPLE": max(1, 16 // size), "PACKED": packed}, warps,
-                        values=dict(slot_stride=row_length, num_slots=65536, row_length=row_length, num_moves=1280, check_slots=65536,
-                                    flag_code=_MOVE_KV_CODE)))
-        if packs_moves(target, PACK_FROM_MOVES):
-            specs.append((_pack_moves_kernel,
-                          {"src_ptr": f"*{index_type}", "dst_ptr": f"*{index_type}", "num_moves": "i64", "check_slots": "i64",
-                           "packed_src_ptr": "*i64", "packed_dst_ptr": "*i64", "count_ptr": "*i64", "flag_ptr": "*i64",
-                           "flag_code": "i64", "BLOCK": "constexpr", "SCAN": "constexpr"},
-                          {"BLOCK": PACK_BLOCK, "SCAN": PACK_SCAN}, 4))
+                        {"CHUNK": chunk, "BLOCK": block, "OFFSET_MULTIPLE": max(1, 16 // size), "RECORD_BLOCK": RECORD_BLOCK}, warps,
+                        values=dict(slot_stride=row_length, num_slots=65536, row_length=row_length, num_moves=num_moves * 5,
+                                    check_slots=65536, flag_code=_MOVE_KV_CODE))
+                    if spec not in specs:  # AMD moves 64 a chunk at every length
+                        specs.append(spec)
         for steps, topk, page in ((3, 1, 1), (5, 4, 16)):
             holes = (topk - 1) * (page - 1)
             specs.append((_draft_slots_kernel,
@@ -416,7 +375,9 @@ def compile_specs(target: KernelTarget):
 def describe_launch(target: KernelTarget) -> list[str]:
     lines = []
     for row_length, size in ((1024, 2), (576, 2), (1024, 4)):
-        block, chunk, warps = move_launch(target, row_length, size)
-        lines.append(f"move_kv row {row_length} x {size} B (16-byte aligned caches): BLOCK={block} columns, CHUNK={chunk} moves, {warps} warps")
+        block, chunk, warps = move_launch(target, row_length, size, LONG_LIST)
+        short_chunk = move_launch(target, row_length, size, 1)[1]
+        lines.append(f"move_kv row {row_length} x {size} B (16-byte aligned caches): BLOCK={block} columns, CHUNK={chunk} moves "
+                     f"({short_chunk} below {LONG_LIST} entries), {warps} warps")
     lines.append("accepted_kv_moves: 256 entries per program; assign_draft_slots: one program per request")
     return lines
