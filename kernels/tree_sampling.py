@@ -32,13 +32,13 @@ import torch
 import triton
 import triton.language as tl
 
+from spec_hal import error_flag
 from spec_hal.types import DraftTree, Verdict
-from spec_hal.verify import record_walk_values
 
 from .launch import MAX_THREAD_REGISTERS, SM_REGISTERS, KernelTarget, cdiv, next_power_of_2, runtime_specialized
 from .masks import mask_row_base, rows_tile_allowed, token_allowed
-from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _sanitize_coins, _sanitize_probs,
-                     _store_verdict, _verdict_buffers)
+from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _record_walk_values, _sanitize_coins,
+                     _sanitize_probs, _store_verdict, _verdict_buffers)
 
 INV_QUANT_SCALE = tl.constexpr(2.0**-40)
 # bits(1 / b) ~ SEED - bits(b) for a float64 b: |1 - b y| <= 0.051 (the classic bit-level guess)
@@ -285,6 +285,21 @@ _TREE_SAMPLING_KERNEL_AMD = triton.jit(do_not_specialize=[
     "accept_ptr", "num_correct_ptr", "accept_lens_ptr"])(_tree_sampling_kernel.fn)
 
 
+@triton.jit
+def _walk_records_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, entries, nodes, vocab, flag_ptr, flag_code, BLOCK: tl.constexpr):
+    """The walk's error-flag record (spec_hal.verify.record_walk_values) over BLOCK flat (request,
+    node) entries of contiguous (bs, N) candidates and links a program. A launch of its own: in
+    the walk kernel the record added register spills on gfx942 and gfx950 and local frames on
+    sm_80; as the reference's torch ops it was about 30 small launches a call."""
+    node_ids = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = node_ids < entries
+    cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
+    _record_walk_values(flag_ptr, flag_code, next_token_ptr, next_sibling_ptr, cand, node_ids, node_ids, ok, nodes, vocab, 0)
+
+
+RECORD_BLOCK = 1024  # (request, node) entries a program of _walk_records_kernel records
+
+
 def _kernel_for(target: KernelTarget):
     """The kernel object a launch on ``target`` takes (both are module attributes, so
     ``install_launchers`` pins fp fusion off and installs the fast launcher on each)."""
@@ -352,21 +367,23 @@ def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) 
 def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
                          coins: torch.Tensor, final_coins: torch.Tensor, *, token_bitmask: Optional[torch.Tensor] = None,
                          bitmask_index: Optional[torch.Tensor] = None, out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
-    """Triton provider of ``verify_tree_sampling`` (arguments validated by the caller; see spec_hal.verify).
-    The error flag is recorded with the reference's torch ops (no sync; a few small launches beside
-    a kernel that reads the vocabulary once per scanned child): recorded in the kernel, before or
-    after its walk, the record added register spills on gfx950 and gfx942 and local frames on sm_80."""
+    """Triton provider of ``verify_tree_sampling`` (arguments validated by the caller; see spec_hal.verify):
+    the walk, and the error flag's record in a small launch of its own (``_walk_records_kernel``)."""
     bs, nodes = candidates.shape
     width = tree.num_steps + 1
     out = _verdict_buffers(bs, nodes, width, candidates.device, out)
     if bs == 0:
         return out
     vocab = target_probs.shape[-1]
-    record_walk_values("verify_tree_sampling", tree, candidates, vocab)
+    next_token, next_sibling, candidates = (tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(),
+                                            candidates.contiguous())
+    _walk_records_kernel[(cdiv(bs * nodes, RECORD_BLOCK),)](
+        next_token, next_sibling, candidates, bs * nodes, nodes, vocab, error_flag.flag(candidates.device), _TREE_SAMPLING_CODE,
+        BLOCK=RECORD_BLOCK, num_warps=1 if target.vendor == "interpreter" else 4)
     config = tree_sampling_launch(target, bs, nodes, vocab)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _kernel_for(target)[(cdiv(bs, config.requests),)](
-        tree.retrieve_next_token.contiguous(), tree.retrieve_next_sibling.contiguous(), candidates.contiguous(),
+        next_token, next_sibling, candidates,
         draft_probs, *_probs_strides(draft_probs, nodes), target_probs, *_probs_strides(target_probs, nodes),
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens,
         bs, nodes, tree.num_steps, vocab, *masks.args,
@@ -376,9 +393,12 @@ def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs:
     return out
 
 
+_TREE_SAMPLING_CODE = error_flag.code("verify_tree_sampling", "candidates")
+
 PROVIDERS = {
     "verify_tree_sampling": (verify_tree_sampling,
-                             "kernels/tree_sampling.py: tree walk + recursive rejection with the residual recomputed per tile"),
+                             "kernels/tree_sampling.py: tree walk + recursive rejection with the residual recomputed per tile, "
+                             "after a launch that records bad candidates and links"),
 }
 
 
@@ -393,6 +413,12 @@ def compile_specs(target: KernelTarget):
     """Every launch of ``_tree_sampling_kernel``: generic and runtime-specialised (contiguous
     (bs, N, V) probabilities), with the mask variants at one production shape."""
     specs = []
+    for cand_type in ("*i32", "*i64"):
+        signature = {"next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": cand_type, "entries": "i32", "nodes": "i32",
+                     "vocab": "i32", "flag_ptr": "*i64", "flag_code": "i64", "BLOCK": "constexpr"}
+        specs.append((_walk_records_kernel, signature, {"BLOCK": RECORD_BLOCK}, 4))
+        specs.append(runtime_specialized(target, _walk_records_kernel, signature, {"BLOCK": RECORD_BLOCK}, 4,
+                                         values={"entries": 512, "nodes": 8, "vocab": 151936, "flag_code": _TREE_SAMPLING_CODE}))
     for bs, nodes, vocab, steps in _SHAPES:
         config = tree_sampling_launch(target, bs, nodes, vocab)
         variants = [("*i32", "*i32", False, False)]
