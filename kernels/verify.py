@@ -25,7 +25,8 @@ split final sampling stays bit-identical to the reference.
 
 ``BLOCK_R`` requests share a program: 1 on a GPU (one program per request and chunk); under the
 interpreter many, so that a batch of 10^5 requests (the statistical test) is a few vectorised
-programs.
+programs. With one request a program, ``_chain_sampling_kernel``'s AMD launches reduce each
+request's lanes to scalars (``SCALAR_REDUCE``: ``_lanes_min``).
 """
 from __future__ import annotations
 
@@ -136,6 +137,41 @@ def _row_argmax(tile_max_ptr, tile_id_ptr, rows, rows_ok, num_tiles, TILES_PAD: 
 
 
 @triton.jit
+def _lanes_min(values, SCALAR_REDUCE: tl.constexpr):
+    """``tl.min(values, axis=1)`` of (R, L) ``values``: (R,). SCALAR_REDUCE (R = 1; the chain
+    sampling kernel's AMD launches, ``SamplingLaunch.scalar_reduce``): the min of all of them, a
+    scalar, broadcast to (1,): the same value. A scalar has no layout, so each user broadcasts it
+    where it needs it. Users of a (R,) reduction in several layouts made Triton 3.6 rematerialise
+    the reduction's inputs, loads included, once per layout (five copies of the masked chain walk
+    with draft probabilities), or pick one layout for all of them (the final token's 128 block
+    sums, 32 a thread, at N_PAD 4); on AMD the copies whose threads each hold all N_PAD lanes kept
+    them in SGPRs, and the masked chain walks spilled 2-229 SGPRs on gfx942 (offline compiles).
+    NVIDIA keeps the (R,) form, so its compiled code is the one measured there."""
+    if SCALAR_REDUCE:
+        tl.static_assert(values.shape[0] == 1, "SCALAR_REDUCE takes one request a program")
+        return tl.broadcast_to(tl.min(values), [1])
+    return tl.min(values, axis=1)
+
+
+@triton.jit
+def _lanes_max(values, SCALAR_REDUCE: tl.constexpr):
+    """``tl.max(values, axis=1)`` of (R, L) ``values``, as ``_lanes_min``."""
+    if SCALAR_REDUCE:
+        tl.static_assert(values.shape[0] == 1, "SCALAR_REDUCE takes one request a program")
+        return tl.broadcast_to(tl.max(values), [1])
+    return tl.max(values, axis=1)
+
+
+@triton.jit
+def _lanes_sum(values, SCALAR_REDUCE: tl.constexpr):
+    """``tl.sum(values, axis=1)`` of (R, L) ``values``, as ``_lanes_min``."""
+    if SCALAR_REDUCE:
+        tl.static_assert(values.shape[0] == 1, "SCALAR_REDUCE takes one request a program")
+        return tl.broadcast_to(tl.sum(values), [1])
+    return tl.sum(values, axis=1)
+
+
+@triton.jit
 def _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, tile, end_tile, vocab,
                 mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr,
                 HAS_Q: tl.constexpr, HAS_MASK: tl.constexpr):
@@ -223,25 +259,26 @@ def _finishing(counter_ptr, req, req_ok, SPLIT: tl.constexpr):
 def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, coin,
                       sums_ptr, sums_base, sums_width, vocab, mask_ptr, mask_base, constrained, mask_width,
                       SUB: tl.constexpr, NB_PAD: tl.constexpr, PIECE: tl.constexpr, HAS_Q: tl.constexpr,
-                      HAS_REJECTED: tl.constexpr, HAS_MASK: tl.constexpr):
+                      HAS_REJECTED: tl.constexpr, HAS_MASK: tl.constexpr, SCALAR_REDUCE: tl.constexpr = False):
     """The final token of each request (R,) int64 from its block sums (``_block_sums``):
     inverse-CDF of the quantised residual, else of the target row, else 0. The crossing block is
-    read again with the same mask as the sums (HAS_MASK), so its running sum matches them."""
+    read again with the same mask as the sums (HAS_MASK), so its running sum matches them.
+    SCALAR_REDUCE: the row reductions as ``_lanes_sum``'s scalars (the chain kernel's AMD launches)."""
     blocks = tl.arange(0, NB_PAD)
     in_sums = req_ok[:, None] & (blocks[None, :] < sums_width)
     at = sums_base[:, None] + blocks[None, :]
     # .cg: other programs wrote these; never serve them from this SM's L1.
-    total_r = tl.sum(tl.load(sums_ptr + at + sums_width, mask=in_sums, other=0, cache_modifier=".cg"), axis=1)
+    total_r = _lanes_sum(tl.load(sums_ptr + at + sums_width, mask=in_sums, other=0, cache_modifier=".cg"), SCALAR_REDUCE)
     use_residual = total_r > 0
     # Only the row that is sampled is loaded again (half the live registers of keeping both).
     sums = tl.load(sums_ptr + at + tl.where(use_residual, sums_width, 0)[:, None], mask=in_sums, other=0, cache_modifier=".cg")
-    total = tl.sum(sums, axis=1)
+    total = _lanes_sum(sums, SCALAR_REDUCE)
     threshold = (coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64)
     threshold = tl.minimum(threshold, total - 1)
     # The crossing block: the number of blocks whose inclusive running sum is <= threshold.
     running = tl.cumsum(sums, axis=1)
-    crossing = tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
-    before = tl.sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), axis=1)
+    crossing = _lanes_sum(tl.where(running <= threshold[:, None], 1, 0), SCALAR_REDUCE)
+    before = _lanes_sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), SCALAR_REDUCE)
 
     # The crossing block, in PIECE-wide pieces (the rejected-token comparison is PIECE x N_PAD).
     index = crossing * SUB
@@ -261,8 +298,8 @@ def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, us
             hit = tl.sum(tl.where(cols[:, :, None] == rejected[:, None, :], 1, 0), axis=2) > 0
             values = tl.where(use_residual[:, None] & hit, 0, values)
         running = tl.cumsum(values, axis=1) + before[:, None]
-        index += tl.sum(tl.where(running <= threshold[:, None], 1, 0), axis=1)
-        before += tl.sum(values, axis=1)
+        index += _lanes_sum(tl.where(running <= threshold[:, None], 1, 0), SCALAR_REDUCE)
+        before += _lanes_sum(values, SCALAR_REDUCE)
     return tl.where(total > 0, index, 0).to(tl.int64)
 
 
@@ -530,7 +567,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
                            flag_ptr, flag_code, passed_ptr, counts_ptr, starts_ptr, num_drafts, total_rows, bonus_ptr,
                            BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, NB_PAD: tl.constexpr,
                            SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr,
-                           COUNT_PASSED: tl.constexpr, RAGGED: tl.constexpr, BONUS: tl.constexpr, READ_AHEAD: tl.constexpr):
+                           COUNT_PASSED: tl.constexpr, RAGGED: tl.constexpr, BONUS: tl.constexpr, READ_AHEAD: tl.constexpr,
+                           SCALAR_REDUCE: tl.constexpr):
     """RAGGED: the flat layout of spec_hal/ragged.py (``verify_chain_sampling_ragged``), read in
     place: request b's target row j is flat row starts[b] + j, its draft j flat index
     starts[b] - b + j (clamped into [0, T) as the reference's gather); lanes past counts[b] or
@@ -539,7 +577,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     the draft-aligned layout (T target rows): draft j and its target row are both flat index
     starts[b] + j, a chain is cut at the flat end, and a fully accepted chain ends with bonus[b]
     (no row is read for it). Otherwise (and for the error flag's index, b * S + j) the padded
-    (bs, S) / (bs, S+1) layout."""
+    (bs, S) / (bs, S+1) layout. SCALAR_REDUCE (BLOCK_R = 1): the reductions over the lanes give
+    scalars (``_lanes_min``: the AMD launches)."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)  # step s (0-based) drafts x_{s+1}; node k of the chain
@@ -578,7 +617,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         q = tl.where(draft_ok, 1.0, 0.0)
     coins = _sanitize_coins(tl.load(coins_ptr + draft_at, mask=step_ok, other=0.0))
     accepted = step_ok & (coins * q < p)
-    num_correct = tl.min(tl.where(accepted, N_PAD, lanes[None, :]), axis=1)
+    num_correct = _lanes_min(tl.where(accepted, N_PAD, lanes[None, :]), SCALAR_REDUCE)
     num_correct = tl.minimum(num_correct, steps)
 
     use_q = req_ok & (num_correct < steps)
@@ -588,9 +627,9 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         # reduced num_correct (an int32 -> int64 cast) broke RemoveLayoutConversions on Triton 3.6
         # in the masked variants. The valid lanes are a prefix, so lane num_correct holds a draft
         # (else q is the padding's 0) iff num_correct < their number.
-        final_row = tl.min(tl.where(accepted, total_rows, rows), axis=1)
-        q_at = tl.min(tl.where(accepted | (lanes[None, :] >= steps), num_drafts - 1, draft_at), axis=1)
-        use_q = use_q & (num_correct < tl.sum(step_ok.to(tl.int32), axis=1))
+        final_row = _lanes_min(tl.where(accepted, total_rows, rows), SCALAR_REDUCE)
+        q_at = _lanes_min(tl.where(accepted | (lanes[None, :] >= steps), num_drafts - 1, draft_at), SCALAR_REDUCE)
+        use_q = use_q & (num_correct < _lanes_sum(step_ok.to(tl.int32), SCALAR_REDUCE))
         # Past the flat end only when the root row is (count -1): the sums read the last row
         # instead and the host writes the padded zero row's token 0 (kernels/ragged.py; a flag
         # kept here spilled SGPRs on gfx942 with Triton 3.6).
@@ -604,7 +643,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         # masked with an int64 index, one-hot drafts). Rows are lane * stride after the reduction,
         # not reduced rows, so the loads keep the strides' divisibility (128-bit loads: a reduced
         # row address lost them: the padded chain sampling measured 2-3x slower on the H100).
-        lane = tl.min(tl.where(accepted, N_PAD, lanes[None, :].to(tl.int64)), axis=1)
+        lane = _lanes_min(tl.where(accepted, N_PAD, lanes[None, :].to(tl.int64)), SCALAR_REDUCE)
         p_row = req64 * stride_pb + lane * stride_pn
         q_row = req64 * stride_qb + tl.minimum(lane, steps - 1) * stride_qn
         final_mask_row = req64 * (steps + 1) + lane
@@ -624,6 +663,9 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         rejected_lane = (lanes[None, :] == num_correct[:, None]) & use_q[:, None] & draft_ok
         rejected_tokens = tl.where(rejected_lane, drafts, -1)
         rejected_q = tl.where(rejected_lane, _quantize(p), 0)
+        if SCALAR_REDUCE:  # one lane at most is rejected: (1, 1) scalars, not N_PAD lanes through the tile loop
+            rejected_tokens = _lanes_max(rejected_tokens, SCALAR_REDUCE)[:, None]
+            rejected_q = _lanes_sum(rejected_q, SCALAR_REDUCE)[:, None]
     _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
                 BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, READ_AHEAD)
@@ -631,7 +673,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
         final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens,
                                   final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained, mask_width,
-                                  SUB, NB_PAD, PIECE, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK)
+                                  SUB, NB_PAD, PIECE, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, SCALAR_REDUCE)
         if BONUS:
             final = tl.where(sampled, final, tl.load(bonus_ptr + req, mask=req_ok, other=0).to(tl.int64))
         nodes = steps + 1
@@ -643,7 +685,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
         tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
         if COUNT_PASSED:  # every step's own test, past the first rejection too (passed_counts)
-            tl.store(passed_ptr + req, tl.sum(accepted.to(tl.int32), axis=1), mask=req_ok)
+            tl.store(passed_ptr + req, _lanes_sum(accepted.to(tl.int32), SCALAR_REDUCE), mask=req_ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -686,6 +728,7 @@ class SamplingLaunch:
     num_tiles: int
     tiles_per_chunk: int
     read_ahead: bool  # READ_AHEAD: a tile's loads issued while the previous tile is reduced
+    scalar_reduce: bool  # SCALAR_REDUCE of _chain_sampling_kernel (AMD): its lane reductions give scalars (_lanes_min)
 
     @property
     def chunks(self) -> int:
@@ -747,8 +790,10 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
     """128 threads per program on NVIDIA (4 warps: the walk's per-step reductions stay short), 256
     on AMD (4 wave64 warps); the vocabulary is split into chunks until the grid has about
     ``SAMPLING_PROGRAMS_PER_SM`` programs per SM/CU, so bs = 1 reads its row with dozens of
-    programs. The interpreter uses 2 chunks whenever the row has 2 tiles (the split path is what
-    the conformance suite checks there too) and keeps every tensor under its 2^20-element cap."""
+    programs. On AMD the chain kernel reduces its lanes to scalars (``scalar_reduce``: without it
+    Triton 3.6 spilled SGPRs in its masked variants on gfx942). The interpreter uses 2 chunks
+    whenever the row has 2 tiles (the split path is what the conformance suite checks there too)
+    and keeps every tensor under its 2^20-element cap."""
     if target.vendor == "interpreter":
         sub = 16
         tile_v = max(32, next_power_of_2(cdiv(max(vocab, 1), 2)))
@@ -757,7 +802,7 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
         cap = 2**19
         requests = min(_pow2(bs), 32768 // _pow2(nodes), cap // sums_pad, cap // tile_v, cap // (tile_v // sub * _pow2(nodes)))
         return SamplingLaunch(requests=max(requests, 1), warps=1, tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                              tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True)
+                              tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True, scalar_reduce=False)
     sub = 128
     programs = SAMPLING_PROGRAMS_PER_SM.get(target.vendor, 2) * target.multiprocessors
     # Tiles of 2048 ids (16 fp32 a thread on NVIDIA, 8 a lane on AMD). NVIDIA reads one tile ahead:
@@ -773,7 +818,7 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
         chunks = max(1, min(chunks, SAMPLING_RESIDENT_PER_SM[target.vendor] * target.multiprocessors // max(bs, 1)))
     threads = 128 if nvidia else 256  # AMD: 16 strided loads a thread spill at 128
     return SamplingLaunch(requests=1, warps=target.warps(threads), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                          tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia)
+                          tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia, scalar_reduce=target.vendor == "amd")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1024,7 +1069,8 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         counts, starts, num_drafts, total_rows, out.num_correct if bonus_tokens is None else bonus_tokens.contiguous(),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
         SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, COUNT_PASSED=passed_counts is not None,
-        RAGGED=ragged is not None, BONUS=bonus_tokens is not None, READ_AHEAD=config.read_ahead, num_warps=config.warps,
+        RAGGED=ragged is not None, BONUS=bonus_tokens is not None, READ_AHEAD=config.read_ahead, SCALAR_REDUCE=config.scalar_reduce,
+        num_warps=config.warps,
     )
 
 
@@ -1056,13 +1102,14 @@ def chain_sampling_signature(drafts_type: str, layout_type: str, bonus_type: str
             "flag_code": "i64", "passed_ptr": "*i32", "counts_ptr": layout_type, "starts_ptr": layout_type, "num_drafts": "i32", "total_rows": "i32",
             "bonus_ptr": bonus_type, "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILE_V": "constexpr", "SUB": "constexpr", "NB_PAD": "constexpr",
             "SPLIT": "constexpr", "HAS_DRAFT_PROBS": "constexpr", "COUNT_PASSED": "constexpr", "RAGGED": "constexpr", "BONUS": "constexpr",
-            "READ_AHEAD": "constexpr"}
+            "READ_AHEAD": "constexpr", "SCALAR_REDUCE": "constexpr"}
 
 
 def chain_sampling_constexprs(config: SamplingLaunch, nodes: int, ragged: bool = False, bonus: bool = False) -> dict:
     """The launch constexprs of ``launch_chain_sampling`` (without passed_counts) but HAS_DRAFT_PROBS and the mask flags."""
     return {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILE_V": config.tile_v, "SUB": config.sub, "NB_PAD": config.nb_pad,
-            "SPLIT": config.chunks > 1, "COUNT_PASSED": False, "RAGGED": ragged, "BONUS": bonus, "READ_AHEAD": config.read_ahead}
+            "SPLIT": config.chunks > 1, "COUNT_PASSED": False, "RAGGED": ragged, "BONUS": bonus, "READ_AHEAD": config.read_ahead,
+            "SCALAR_REDUCE": config.scalar_reduce}
 
 
 def compile_specs(target: KernelTarget):
