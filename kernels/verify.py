@@ -25,8 +25,8 @@ split final sampling stays bit-identical to the reference.
 
 ``BLOCK_R`` requests share a program: 1 on a GPU (one program per request and chunk); under the
 interpreter many, so that a batch of 10^5 requests (the statistical test) is a few vectorised
-programs. With one request a program, ``_chain_sampling_kernel``'s AMD launches reduce each
-request's lanes to scalars (``SCALAR_REDUCE``: ``_lanes_min``).
+programs. With one request a program, ``_chain_sampling_kernel``'s AMD launches and its ragged
+NVIDIA ones reduce each request's lanes to scalars (``SCALAR_REDUCE``: ``_lanes_min``).
 """
 from __future__ import annotations
 
@@ -139,14 +139,17 @@ def _row_argmax(tile_max_ptr, tile_id_ptr, rows, rows_ok, num_tiles, TILES_PAD: 
 @triton.jit
 def _lanes_min(values, SCALAR_REDUCE: tl.constexpr):
     """``tl.min(values, axis=1)`` of (R, L) ``values``: (R,). SCALAR_REDUCE (R = 1; the chain
-    sampling kernel's AMD launches, ``SamplingLaunch.scalar_reduce``): the min of all of them, a
-    scalar, broadcast to (1,): the same value. A scalar has no layout, so each user broadcasts it
+    sampling kernel's AMD and ragged launches, ``SamplingLaunch.reduces_to_scalars``): the min
+    of all of them, a scalar, broadcast to (1,): the same value. A scalar has no layout, so each user broadcasts it
     where it needs it. Users of a (R,) reduction in several layouts made Triton 3.6 rematerialise
     the reduction's inputs, loads included, once per layout (five copies of the masked chain walk
     with draft probabilities), or pick one layout for all of them (the final token's 128 block
     sums, 32 a thread, at N_PAD 4); on AMD the copies whose threads each hold all N_PAD lanes kept
     them in SGPRs, and the masked chain walks spilled 2-229 SGPRs on gfx942 (offline compiles).
-    NVIDIA keeps the (R,) form, so its compiled code is the one measured there."""
+    On NVIDIA the ragged launches take the scalars too: they removed Triton 3.6's local frames of
+    most ragged specs on sm_90 and measured 0.49-0.99x the time of the (R,) form on the H200
+    (BENCHMARKS.md, thirty-third session; ``sampling_launch``). The interpreter's many-request
+    programs keep the (R,) form."""
     if SCALAR_REDUCE:
         tl.static_assert(values.shape[0] == 1, "SCALAR_REDUCE takes one request a program")
         return tl.broadcast_to(tl.min(values), [1])
@@ -263,7 +266,7 @@ def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, us
     """The final token of each request (R,) int64 from its block sums (``_block_sums``):
     inverse-CDF of the quantised residual, else of the target row, else 0. The crossing block is
     read again with the same mask as the sums (HAS_MASK), so its running sum matches them.
-    SCALAR_REDUCE: the row reductions as ``_lanes_sum``'s scalars (the chain kernel's AMD launches)."""
+    SCALAR_REDUCE: the row reductions as ``_lanes_sum``'s scalars (``_lanes_min``)."""
     blocks = tl.arange(0, NB_PAD)
     in_sums = req_ok[:, None] & (blocks[None, :] < sums_width)
     at = sums_base[:, None] + blocks[None, :]
@@ -728,7 +731,12 @@ class SamplingLaunch:
     num_tiles: int
     tiles_per_chunk: int
     read_ahead: bool  # READ_AHEAD: a tile's loads issued while the previous tile is reduced
-    scalar_reduce: bool  # SCALAR_REDUCE of _chain_sampling_kernel (AMD): its lane reductions give scalars (_lanes_min)
+    scalar_reduce: bool  # SCALAR_REDUCE of _chain_sampling_kernel's padded launches (AMD): lane reductions as scalars (_lanes_min)
+    ragged_scalar_reduce: bool  # SCALAR_REDUCE of its RAGGED launches (GPUs)
+
+    def reduces_to_scalars(self, ragged: bool) -> bool:
+        """SCALAR_REDUCE of a chain sampling launch (``ragged``: the RAGGED layout)."""
+        return self.ragged_scalar_reduce if ragged else self.scalar_reduce
 
     @property
     def chunks(self) -> int:
@@ -790,8 +798,10 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
     """128 threads per program on NVIDIA (4 warps: the walk's per-step reductions stay short), 256
     on AMD (4 wave64 warps); the vocabulary is split into chunks until the grid has about
     ``SAMPLING_PROGRAMS_PER_SM`` programs per SM/CU, so bs = 1 reads its row with dozens of
-    programs. On AMD the chain kernel reduces its lanes to scalars (``scalar_reduce``: without it
-    Triton 3.6 spilled SGPRs in its masked variants on gfx942). The interpreter uses 2 chunks
+    programs. With one request a program the chain kernel reduces its lanes to scalars: on AMD
+    (without it Triton 3.6 spilled SGPRs in the masked variants on gfx942), and in the ragged
+    layout on NVIDIA too (H200: 0.49-0.99x the time; the padded layout measured 0.67-1.00x but
+    1.47x in one cell, bs 256, S 4, V 151936, one-hot and masked, so it keeps the (R,) form). The interpreter uses 2 chunks
     whenever the row has 2 tiles (the split path is what the conformance suite checks there too)
     and keeps every tensor under its 2^20-element cap."""
     if target.vendor == "interpreter":
@@ -802,7 +812,7 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
         cap = 2**19
         requests = min(_pow2(bs), 32768 // _pow2(nodes), cap // sums_pad, cap // tile_v, cap // (tile_v // sub * _pow2(nodes)))
         return SamplingLaunch(requests=max(requests, 1), warps=1, tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                              tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True, scalar_reduce=False)
+                              tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True, scalar_reduce=False, ragged_scalar_reduce=False)
     sub = 128
     programs = SAMPLING_PROGRAMS_PER_SM.get(target.vendor, 2) * target.multiprocessors
     # Tiles of 2048 ids (16 fp32 a thread on NVIDIA, 8 a lane on AMD). NVIDIA reads one tile ahead:
@@ -818,7 +828,8 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
         chunks = max(1, min(chunks, SAMPLING_RESIDENT_PER_SM[target.vendor] * target.multiprocessors // max(bs, 1)))
     threads = 128 if nvidia else 256  # AMD: 16 strided loads a thread spill at 128
     return SamplingLaunch(requests=1, warps=target.warps(threads), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                          tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia, scalar_reduce=target.vendor == "amd")
+                          tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia, scalar_reduce=not nvidia,
+                          ragged_scalar_reduce=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1069,7 +1080,8 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         counts, starts, num_drafts, total_rows, out.num_correct if bonus_tokens is None else bonus_tokens.contiguous(),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
         SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, COUNT_PASSED=passed_counts is not None,
-        RAGGED=ragged is not None, BONUS=bonus_tokens is not None, READ_AHEAD=config.read_ahead, SCALAR_REDUCE=config.scalar_reduce,
+        RAGGED=ragged is not None, BONUS=bonus_tokens is not None, READ_AHEAD=config.read_ahead,
+        SCALAR_REDUCE=config.reduces_to_scalars(ragged is not None),
         num_warps=config.warps,
     )
 
@@ -1109,7 +1121,7 @@ def chain_sampling_constexprs(config: SamplingLaunch, nodes: int, ragged: bool =
     """The launch constexprs of ``launch_chain_sampling`` (without passed_counts) but HAS_DRAFT_PROBS and the mask flags."""
     return {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILE_V": config.tile_v, "SUB": config.sub, "NB_PAD": config.nb_pad,
             "SPLIT": config.chunks > 1, "COUNT_PASSED": False, "RAGGED": ragged, "BONUS": bonus, "READ_AHEAD": config.read_ahead,
-            "SCALAR_REDUCE": config.scalar_reduce}
+            "SCALAR_REDUCE": config.reduces_to_scalars(ragged)}
 
 
 def compile_specs(target: KernelTarget):

@@ -26,7 +26,8 @@ PROBE = textwrap.dedent("""
             config = default_launch(target, bs, nodes, vocab)
             tiles = -(-vocab // 32)
             return dataclasses.replace(config, requests=1, tile_v=32, num_tiles=tiles, tiles_per_chunk=-(-tiles // 2),
-                                       read_ahead=False, scalar_reduce=scalar_reduce)
+                                       read_ahead=False, scalar_reduce=scalar_reduce,
+                                       ragged_scalar_reduce=scalar_reduce)
         return launch
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
