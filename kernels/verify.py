@@ -26,7 +26,7 @@ split final sampling stays bit-identical to the reference.
 ``BLOCK_R`` requests share a program: 1 on a GPU (one program per request and chunk); under the
 interpreter many, so that a batch of 10^5 requests (the statistical test) is a few vectorised
 programs. With one request a program, ``_chain_sampling_kernel``'s AMD launches and its ragged
-NVIDIA ones reduce each request's lanes to scalars (``SCALAR_REDUCE``: ``_lanes_min``).
+NVIDIA ones reduce each request's lanes to scalars (``SCALAR_REDUCE``: ``_lanes_reduce``).
 """
 from __future__ import annotations
 
@@ -137,11 +137,22 @@ def _row_argmax(tile_max_ptr, tile_id_ptr, rows, rows_ok, num_tiles, TILES_PAD: 
 
 
 @triton.jit
-def _lanes_min(values, SCALAR_REDUCE: tl.constexpr):
-    """``tl.min(values, axis=1)`` of (R, L) ``values``: (R,). SCALAR_REDUCE (R = 1; the chain
-    sampling kernel's AMD and ragged launches, ``SamplingLaunch.reduces_to_scalars``): the min
-    of all of them, a scalar, broadcast to (1,): the same value. A scalar has no layout, so each user broadcasts it
-    where it needs it. Users of a (R,) reduction in several layouts made Triton 3.6 rematerialise
+def _reduce(values, OP: tl.constexpr, AXIS: tl.constexpr):
+    """``tl.min``/``tl.max``/``tl.sum`` of ``values`` by name (AXIS None: all of them)."""
+    if OP == "min":
+        return tl.min(values, axis=AXIS)
+    if OP == "max":
+        return tl.max(values, axis=AXIS)
+    return tl.sum(values, axis=AXIS)
+
+
+@triton.jit
+def _lanes_reduce(OP: tl.constexpr, values, SCALAR_REDUCE: tl.constexpr):
+    """``tl.min``, ``tl.max`` or ``tl.sum`` (``OP``: "min", "max", "sum") of (R, L) ``values``
+    along axis 1: (R,). SCALAR_REDUCE (R = 1; the chain sampling kernel's AMD and ragged
+    launches, ``SamplingLaunch.reduces_to_scalars``): the reduction of all of them, a scalar,
+    broadcast to (1,): the same value. A scalar has no layout, so each user broadcasts it where
+    it needs it. Users of a (R,) reduction in several layouts made Triton 3.6 rematerialise
     the reduction's inputs, loads included, once per layout (five copies of the masked chain walk
     with draft probabilities), or pick one layout for all of them (the final token's 128 block
     sums, 32 a thread, at N_PAD 4); on AMD the copies whose threads each hold all N_PAD lanes kept
@@ -152,26 +163,8 @@ def _lanes_min(values, SCALAR_REDUCE: tl.constexpr):
     programs keep the (R,) form."""
     if SCALAR_REDUCE:
         tl.static_assert(values.shape[0] == 1, "SCALAR_REDUCE takes one request a program")
-        return tl.broadcast_to(tl.min(values), [1])
-    return tl.min(values, axis=1)
-
-
-@triton.jit
-def _lanes_max(values, SCALAR_REDUCE: tl.constexpr):
-    """``tl.max(values, axis=1)`` of (R, L) ``values``, as ``_lanes_min``."""
-    if SCALAR_REDUCE:
-        tl.static_assert(values.shape[0] == 1, "SCALAR_REDUCE takes one request a program")
-        return tl.broadcast_to(tl.max(values), [1])
-    return tl.max(values, axis=1)
-
-
-@triton.jit
-def _lanes_sum(values, SCALAR_REDUCE: tl.constexpr):
-    """``tl.sum(values, axis=1)`` of (R, L) ``values``, as ``_lanes_min``."""
-    if SCALAR_REDUCE:
-        tl.static_assert(values.shape[0] == 1, "SCALAR_REDUCE takes one request a program")
-        return tl.broadcast_to(tl.sum(values), [1])
-    return tl.sum(values, axis=1)
+        return tl.broadcast_to(_reduce(values, OP, None), [1])
+    return _reduce(values, OP, 1)
 
 
 @triton.jit
@@ -266,22 +259,22 @@ def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, us
     """The final token of each request (R,) int64 from its block sums (``_block_sums``):
     inverse-CDF of the quantised residual, else of the target row, else 0. The crossing block is
     read again with the same mask as the sums (HAS_MASK), so its running sum matches them.
-    SCALAR_REDUCE: the row reductions as ``_lanes_sum``'s scalars (``_lanes_min``)."""
+    SCALAR_REDUCE: the row reductions as scalars (``_lanes_reduce``)."""
     blocks = tl.arange(0, NB_PAD)
     in_sums = req_ok[:, None] & (blocks[None, :] < sums_width)
     at = sums_base[:, None] + blocks[None, :]
     # .cg: other programs wrote these; never serve them from this SM's L1.
-    total_r = _lanes_sum(tl.load(sums_ptr + at + sums_width, mask=in_sums, other=0, cache_modifier=".cg"), SCALAR_REDUCE)
+    total_r = _lanes_reduce("sum", tl.load(sums_ptr + at + sums_width, mask=in_sums, other=0, cache_modifier=".cg"), SCALAR_REDUCE)
     use_residual = total_r > 0
     # Only the row that is sampled is loaded again (half the live registers of keeping both).
     sums = tl.load(sums_ptr + at + tl.where(use_residual, sums_width, 0)[:, None], mask=in_sums, other=0, cache_modifier=".cg")
-    total = _lanes_sum(sums, SCALAR_REDUCE)
+    total = _lanes_reduce("sum", sums, SCALAR_REDUCE)
     threshold = (coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64)
     threshold = tl.minimum(threshold, total - 1)
     # The crossing block: the number of blocks whose inclusive running sum is <= threshold.
     running = tl.cumsum(sums, axis=1)
-    crossing = _lanes_sum(tl.where(running <= threshold[:, None], 1, 0), SCALAR_REDUCE)
-    before = _lanes_sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), SCALAR_REDUCE)
+    crossing = _lanes_reduce("sum", tl.where(running <= threshold[:, None], 1, 0), SCALAR_REDUCE)
+    before = _lanes_reduce("sum", tl.where(blocks[None, :] < crossing[:, None], sums, 0), SCALAR_REDUCE)
 
     # The crossing block, in PIECE-wide pieces (the rejected-token comparison is PIECE x N_PAD).
     index = crossing * SUB
@@ -301,8 +294,8 @@ def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, us
             hit = tl.sum(tl.where(cols[:, :, None] == rejected[:, None, :], 1, 0), axis=2) > 0
             values = tl.where(use_residual[:, None] & hit, 0, values)
         running = tl.cumsum(values, axis=1) + before[:, None]
-        index += _lanes_sum(tl.where(running <= threshold[:, None], 1, 0), SCALAR_REDUCE)
-        before += _lanes_sum(values, SCALAR_REDUCE)
+        index += _lanes_reduce("sum", tl.where(running <= threshold[:, None], 1, 0), SCALAR_REDUCE)
+        before += _lanes_reduce("sum", values, SCALAR_REDUCE)
     return tl.where(total > 0, index, 0).to(tl.int64)
 
 
@@ -581,7 +574,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     starts[b] + j, a chain is cut at the flat end, and a fully accepted chain ends with bonus[b]
     (no row is read for it). Otherwise (and for the error flag's index, b * S + j) the padded
     (bs, S) / (bs, S+1) layout. SCALAR_REDUCE (BLOCK_R = 1): the reductions over the lanes give
-    scalars (``_lanes_min``: the AMD launches)."""
+    scalars (``_lanes_reduce``: the AMD launches and the ragged ones)."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)  # step s (0-based) drafts x_{s+1}; node k of the chain
@@ -620,7 +613,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         q = tl.where(draft_ok, 1.0, 0.0)
     coins = _sanitize_coins(tl.load(coins_ptr + draft_at, mask=step_ok, other=0.0))
     accepted = step_ok & (coins * q < p)
-    num_correct = _lanes_min(tl.where(accepted, N_PAD, lanes[None, :]), SCALAR_REDUCE)
+    num_correct = _lanes_reduce("min", tl.where(accepted, N_PAD, lanes[None, :]), SCALAR_REDUCE)
     num_correct = tl.minimum(num_correct, steps)
 
     use_q = req_ok & (num_correct < steps)
@@ -630,9 +623,9 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         # reduced num_correct (an int32 -> int64 cast) broke RemoveLayoutConversions on Triton 3.6
         # in the masked variants. The valid lanes are a prefix, so lane num_correct holds a draft
         # (else q is the padding's 0) iff num_correct < their number.
-        final_row = _lanes_min(tl.where(accepted, total_rows, rows), SCALAR_REDUCE)
-        q_at = _lanes_min(tl.where(accepted | (lanes[None, :] >= steps), num_drafts - 1, draft_at), SCALAR_REDUCE)
-        use_q = use_q & (num_correct < _lanes_sum(step_ok.to(tl.int32), SCALAR_REDUCE))
+        final_row = _lanes_reduce("min", tl.where(accepted, total_rows, rows), SCALAR_REDUCE)
+        q_at = _lanes_reduce("min", tl.where(accepted | (lanes[None, :] >= steps), num_drafts - 1, draft_at), SCALAR_REDUCE)
+        use_q = use_q & (num_correct < _lanes_reduce("sum", step_ok.to(tl.int32), SCALAR_REDUCE))
         # Past the flat end only when the root row is (count -1): the sums read the last row
         # instead and the host writes the padded zero row's token 0 (kernels/ragged.py; a flag
         # kept here spilled SGPRs on gfx942 with Triton 3.6).
@@ -646,7 +639,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         # masked with an int64 index, one-hot drafts). Rows are lane * stride after the reduction,
         # not reduced rows, so the loads keep the strides' divisibility (128-bit loads: a reduced
         # row address lost them: the padded chain sampling measured 2-3x slower on the H100).
-        lane = _lanes_min(tl.where(accepted, N_PAD, lanes[None, :].to(tl.int64)), SCALAR_REDUCE)
+        lane = _lanes_reduce("min", tl.where(accepted, N_PAD, lanes[None, :].to(tl.int64)), SCALAR_REDUCE)
         p_row = req64 * stride_pb + lane * stride_pn
         q_row = req64 * stride_qb + tl.minimum(lane, steps - 1) * stride_qn
         final_mask_row = req64 * (steps + 1) + lane
@@ -667,8 +660,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         rejected_tokens = tl.where(rejected_lane, drafts, -1)
         rejected_q = tl.where(rejected_lane, _quantize(p), 0)
         if SCALAR_REDUCE:  # one lane at most is rejected: (1, 1) scalars, not N_PAD lanes through the tile loop
-            rejected_tokens = _lanes_max(rejected_tokens, SCALAR_REDUCE)[:, None]
-            rejected_q = _lanes_sum(rejected_q, SCALAR_REDUCE)[:, None]
+            rejected_tokens = _lanes_reduce("max", rejected_tokens, SCALAR_REDUCE)[:, None]
+            rejected_q = _lanes_reduce("sum", rejected_q, SCALAR_REDUCE)[:, None]
     _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
                 BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, READ_AHEAD)
@@ -688,7 +681,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         tl.store(num_correct_ptr + req, num_correct, mask=req_ok)
         tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
         if COUNT_PASSED:  # every step's own test, past the first rejection too (passed_counts)
-            tl.store(passed_ptr + req, _lanes_sum(accepted.to(tl.int32), SCALAR_REDUCE), mask=req_ok)
+            tl.store(passed_ptr + req, _lanes_reduce("sum", accepted.to(tl.int32), SCALAR_REDUCE), mask=req_ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -731,7 +724,7 @@ class SamplingLaunch:
     num_tiles: int
     tiles_per_chunk: int
     read_ahead: bool  # READ_AHEAD: a tile's loads issued while the previous tile is reduced
-    scalar_reduce: bool  # SCALAR_REDUCE of _chain_sampling_kernel's padded launches (AMD): lane reductions as scalars (_lanes_min)
+    scalar_reduce: bool  # SCALAR_REDUCE of _chain_sampling_kernel's padded launches (AMD): lane reductions as scalars (_lanes_reduce)
     ragged_scalar_reduce: bool  # SCALAR_REDUCE of its RAGGED launches (GPUs)
 
     def reduces_to_scalars(self, ragged: bool) -> bool:

@@ -1,5 +1,5 @@
 """The chain sampling kernel's lane reductions as scalars (``SamplingLaunch.scalar_reduce``, the
-AMD launches: kernels/verify.py ``_lanes_min``) against the (R,) reductions the other launches
+AMD and ragged launches: kernels/verify.py ``_lanes_reduce``) against the (R,) reductions the other launches
 use, through the interpreter.
 
 The interpreter's own launch config batches many requests per program, where scalar reductions do
