@@ -149,18 +149,18 @@ def _reduce(values, OP: tl.constexpr, AXIS: tl.constexpr):
 @triton.jit
 def _lanes_reduce(OP: tl.constexpr, values, SCALAR_REDUCE: tl.constexpr):
     """``tl.min``, ``tl.max`` or ``tl.sum`` (``OP``: "min", "max", "sum") of (R, L) ``values``
-    along axis 1: (R,). SCALAR_REDUCE (R = 1; the chain sampling kernel's AMD and ragged
-    launches, ``SamplingLaunch.reduces_to_scalars``): the reduction of all of them, a scalar,
+    along axis 1: (R,). SCALAR_REDUCE (R = 1; the chain sampling kernel's GPU launches,
+    ``SamplingLaunch.scalar_reduce``): the reduction of all of them, a scalar,
     broadcast to (1,): the same value. A scalar has no layout, so each user broadcasts it where
     it needs it. Users of a (R,) reduction in several layouts made Triton 3.6 rematerialise
     the reduction's inputs, loads included, once per layout (five copies of the masked chain walk
     with draft probabilities), or pick one layout for all of them (the final token's 128 block
     sums, 32 a thread, at N_PAD 4); on AMD the copies whose threads each hold all N_PAD lanes kept
     them in SGPRs, and the masked chain walks spilled 2-229 SGPRs on gfx942 (offline compiles).
-    On NVIDIA the ragged launches take the scalars too: they removed Triton 3.6's local frames of
-    most ragged specs on sm_90 and measured 0.49-0.99x the time of the (R,) form on the H200
-    (BENCHMARKS.md, thirty-third session; ``sampling_launch``). The interpreter's many-request
-    programs keep the (R,) form."""
+    On NVIDIA the scalars removed Triton 3.6's local frames of most chain specs on sm_90 and
+    measured 0.49-1.02x the time of the (R,) form on the H200 (BENCHMARKS.md, thirty-third and
+    thirty-fourth sessions; ``sampling_launch``). The interpreter's many-request programs keep the
+    (R,) form."""
     if SCALAR_REDUCE:
         tl.static_assert(values.shape[0] == 1, "SCALAR_REDUCE takes one request a program")
         return tl.broadcast_to(_reduce(values, OP, None), [1])
@@ -189,17 +189,29 @@ def _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, r
 
 
 @triton.jit
+def _removed_sums(rejected, rejected_q, blocks, SUB: tl.constexpr):
+    """(R, B): for each of the B SUB-wide ``blocks`` (B,), the quantised p of the ``rejected``
+    tokens (R, L; -1 none; their quantised p in ``rejected_q``) that lie in it."""
+    block_of = tl.where(rejected >= 0, rejected // SUB, -1)
+    return tl.sum(tl.where(block_of[:, None, :] == blocks[None, :, None], rejected_q[:, None, :], 0), axis=2)
+
+
+@triton.jit
 def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, mask_base, constrained, mask_width,
                 BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr,
-                HAS_MASK: tl.constexpr, READ_AHEAD: tl.constexpr):
+                HAS_MASK: tl.constexpr, READ_AHEAD: tl.constexpr, ONE_REJECTED: tl.constexpr = False):
     """For tiles [first_tile, end_tile) of each request's row, store the sum of every SUB-wide
     block of the quantised target row at sums_ptr[sums_base + k] and of the quantised residual at
     sums_ptr[sums_base + sums_width + k] (k: global block index). The residual is max(0, p - q)
     (HAS_Q; q read where use_q) or p without the ``rejected`` tokens (R, L; -1 none; their
-    quantised p in rejected_q) (HAS_REJECTED), else p. HAS_MASK: p is 0 at the ids the row's mask
-    (``mask_base``, ``constrained``: ``masks.mask_row_base``) does not allow (TILE_V >= 32).
-    READ_AHEAD: tile t + 1 is loaded before tile t is reduced (``SamplingLaunch.read_ahead``)."""
+    quantised p in rejected_q) (HAS_REJECTED). ONE_REJECTED (HAS_REJECTED with (R, 1) ``rejected``:
+    a chain's one-hot draft): the residual's sums are not stored; ``_sample_from_sums`` takes the
+    one token's quantised p off the target's (half the stores and int64 sums a tile). HAS_MASK: p
+    is 0 at the ids the row's mask (``mask_base``, ``constrained``: ``masks.mask_row_base``) does
+    not allow (TILE_V >= 32). READ_AHEAD: tile t + 1 is loaded before tile t is reduced
+    (``SamplingLaunch.read_ahead``)."""
+    tl.static_assert(HAS_Q != HAS_REJECTED, "the residual is p - q or p without rejected tokens")
     SUBS: tl.constexpr = TILE_V // SUB
     subs = tl.arange(0, SUBS)
     if READ_AHEAD:
@@ -223,18 +235,15 @@ def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, r
         p = _sanitize_probs(p)
         p_sums = tl.sum(tl.reshape(_quantize(p), [BLOCK_R, SUBS, SUB]), axis=2)
         block = t * SUBS + subs
-        if HAS_Q:
-            diff = p - _sanitize_probs(q)
-            r_sums = tl.sum(tl.reshape(_quantize(tl.where(diff > 0, diff, 0.0)), [BLOCK_R, SUBS, SUB]), axis=2)
-        elif HAS_REJECTED:
-            block_of = tl.where(rejected >= 0, rejected // SUB, -1)
-            removed = tl.sum(tl.where(block_of[:, None, :] == block[None, :, None], rejected_q[:, None, :], 0), axis=2)
-            r_sums = p_sums - removed
-        else:
-            r_sums = p_sums
         at = sums_base[:, None] + block[None, :]
         tl.store(sums_ptr + at, p_sums, mask=req_ok[:, None])
-        tl.store(sums_ptr + at + sums_width, r_sums, mask=req_ok[:, None])
+        if not ONE_REJECTED:
+            if HAS_Q:
+                diff = p - _sanitize_probs(q)
+                r_sums = tl.sum(tl.reshape(_quantize(tl.where(diff > 0, diff, 0.0)), [BLOCK_R, SUBS, SUB]), axis=2)
+            else:
+                r_sums = p_sums - _removed_sums(rejected, rejected_q, block, SUB)
+            tl.store(sums_ptr + at + sums_width, r_sums, mask=req_ok[:, None])
 
 
 @triton.jit
@@ -252,22 +261,31 @@ def _finishing(counter_ptr, req, req_ok, SPLIT: tl.constexpr):
 
 
 @triton.jit
-def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, coin,
+def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, rejected_q, coin,
                       sums_ptr, sums_base, sums_width, vocab, mask_ptr, mask_base, constrained, mask_width,
                       SUB: tl.constexpr, NB_PAD: tl.constexpr, PIECE: tl.constexpr, HAS_Q: tl.constexpr,
-                      HAS_REJECTED: tl.constexpr, HAS_MASK: tl.constexpr, SCALAR_REDUCE: tl.constexpr = False):
+                      HAS_REJECTED: tl.constexpr, HAS_MASK: tl.constexpr, SCALAR_REDUCE: tl.constexpr = False,
+                      ONE_REJECTED: tl.constexpr = False):
     """The final token of each request (R,) int64 from its block sums (``_block_sums``):
     inverse-CDF of the quantised residual, else of the target row, else 0. The crossing block is
     read again with the same mask as the sums (HAS_MASK), so its running sum matches them.
+    ONE_REJECTED: the residual's sums are the target's less the one ``rejected`` token's
+    quantised p (``rejected``, ``rejected_q``: (R, 1)), the sums ``_block_sums`` would have stored.
     SCALAR_REDUCE: the row reductions as scalars (``_lanes_reduce``)."""
     blocks = tl.arange(0, NB_PAD)
     in_sums = req_ok[:, None] & (blocks[None, :] < sums_width)
     at = sums_base[:, None] + blocks[None, :]
     # .cg: other programs wrote these; never serve them from this SM's L1.
-    total_r = _lanes_reduce("sum", tl.load(sums_ptr + at + sums_width, mask=in_sums, other=0, cache_modifier=".cg"), SCALAR_REDUCE)
-    use_residual = total_r > 0
-    # Only the row that is sampled is loaded again (half the live registers of keeping both).
-    sums = tl.load(sums_ptr + at + tl.where(use_residual, sums_width, 0)[:, None], mask=in_sums, other=0, cache_modifier=".cg")
+    if ONE_REJECTED:
+        sums = tl.load(sums_ptr + at, mask=in_sums, other=0, cache_modifier=".cg")
+        residual = sums - _removed_sums(rejected, rejected_q, blocks, SUB)
+        use_residual = _lanes_reduce("sum", residual, SCALAR_REDUCE) > 0
+        sums = tl.where(use_residual[:, None], residual, sums)
+    else:
+        total_r = _lanes_reduce("sum", tl.load(sums_ptr + at + sums_width, mask=in_sums, other=0, cache_modifier=".cg"), SCALAR_REDUCE)
+        use_residual = total_r > 0
+        # Only the row that is sampled is loaded again (half the live registers of keeping both).
+        sums = tl.load(sums_ptr + at + tl.where(use_residual, sums_width, 0)[:, None], mask=in_sums, other=0, cache_modifier=".cg")
     total = _lanes_reduce("sum", sums, SCALAR_REDUCE)
     threshold = (coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64)
     threshold = tl.minimum(threshold, total - 1)
@@ -515,7 +533,7 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
         if _finishing(counter_ptr, req, req_ok, SPLIT):
             final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
             final = _sample_from_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens,
-                                      final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained,
+                                      rejected_q, final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained,
                                       mask_width, SUB, NB_PAD, PIECE, False, True, HAS_MASK)
             next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
             predict = tl.where(on_path != 0, next_tokens, -1)
@@ -650,26 +668,24 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     first_tile = tl.program_id(1) * tiles_per_chunk
     end_tile = tl.minimum(first_tile + tiles_per_chunk, tl.cdiv(vocab, TILE_V))
     final_base, final_constrained = mask_row_base(index_ptr, final_mask_row, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
-    # Without draft probabilities the crossing block is compared with the rejected draft (PIECE x N_PAD).
-    PIECE: tl.constexpr = SUB if HAS_DRAFT_PROBS or SUB * N_PAD <= 2048 else 2048 // N_PAD
+    PIECE: tl.constexpr = SUB  # without draft probabilities the crossing block is compared with the one rejected draft
     if HAS_DRAFT_PROBS:  # residual max(0, p - q)
         rejected_tokens = tl.full([BLOCK_R, N_PAD], -1, dtype=tl.int64)
         rejected_q = rejected_tokens
     else:  # residual of a one-hot q: the target row without the rejected draft (its p, masked, quantised)
+        # One lane at most is rejected: (R, 1), not N_PAD lanes, through the tile loop and the final token.
         rejected_lane = (lanes[None, :] == num_correct[:, None]) & use_q[:, None] & draft_ok
-        rejected_tokens = tl.where(rejected_lane, drafts, -1)
-        rejected_q = tl.where(rejected_lane, _quantize(p), 0)
-        if SCALAR_REDUCE:  # one lane at most is rejected: (1, 1) scalars, not N_PAD lanes through the tile loop
-            rejected_tokens = _lanes_reduce("max", rejected_tokens, SCALAR_REDUCE)[:, None]
-            rejected_q = _lanes_reduce("sum", rejected_q, SCALAR_REDUCE)[:, None]
+        rejected_tokens = _lanes_reduce("max", tl.where(rejected_lane, drafts, -1), SCALAR_REDUCE)[:, None]
+        rejected_q = _lanes_reduce("sum", tl.where(rejected_lane, _quantize(p), 0), SCALAR_REDUCE)[:, None]
     _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
-                BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, READ_AHEAD)
+                BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, READ_AHEAD, not HAS_DRAFT_PROBS)
     if _finishing(counter_ptr, req, req_ok, SPLIT):
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
         final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens,
-                                  final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained, mask_width,
-                                  SUB, NB_PAD, PIECE, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, SCALAR_REDUCE)
+                                  rejected_q, final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained,
+                                  mask_width, SUB, NB_PAD, PIECE, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, SCALAR_REDUCE,
+                                  not HAS_DRAFT_PROBS)
         if BONUS:
             final = tl.where(sampled, final, tl.load(bonus_ptr + req, mask=req_ok, other=0).to(tl.int64))
         nodes = steps + 1
@@ -710,6 +726,7 @@ class WalkLaunch:
 # can measure it.
 SAMPLING_PROGRAMS_PER_SM = {"nvidia": 3, "amd": 2}
 SAMPLING_RESIDENT_PER_SM = {"nvidia": 4}
+SAMPLING_STRIDED_MAXNREG = 128  # SamplingLaunch.chain_flags
 
 
 @dataclass(frozen=True)
@@ -724,12 +741,18 @@ class SamplingLaunch:
     num_tiles: int
     tiles_per_chunk: int
     read_ahead: bool  # READ_AHEAD: a tile's loads issued while the previous tile is reduced
-    scalar_reduce: bool  # SCALAR_REDUCE of _chain_sampling_kernel's padded launches (AMD): lane reductions as scalars (_lanes_reduce)
-    ragged_scalar_reduce: bool  # SCALAR_REDUCE of its RAGGED launches (GPUs)
+    scalar_reduce: bool  # SCALAR_REDUCE of _chain_sampling_kernel (GPUs): lane reductions as scalars (_lanes_reduce)
+    strided_maxnreg: Optional[int] = None  # see chain_flags
 
-    def reduces_to_scalars(self, ragged: bool) -> bool:
-        """SCALAR_REDUCE of a chain sampling launch (``ragged``: the RAGGED layout)."""
-        return self.ragged_scalar_reduce if ragged else self.scalar_reduce
+    def chain_flags(self, unit_stride: bool) -> tuple[dict, dict]:
+        """(READ_AHEAD, compile options) of a ``_chain_sampling_kernel`` launch whose probability rows
+        have unit vocabulary strides or not. With ``strided_maxnreg`` (NVIDIA) a strided launch reads
+        no tile ahead, under that register cap: with the read-ahead or without the cap, the
+        strided (generic) specs kept 8-24 B local frames on sm_80, sm_90 or sm_100 with Triton 3.6
+        or 3.9 (offline compiles); a strided row is a gather the read-ahead does little for."""
+        if unit_stride or self.strided_maxnreg is None:
+            return {"READ_AHEAD": self.read_ahead}, {}
+        return {"READ_AHEAD": False}, {"maxnreg": self.strided_maxnreg}
 
     @property
     def chunks(self) -> int:
@@ -792,9 +815,9 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
     on AMD (4 wave64 warps); the vocabulary is split into chunks until the grid has about
     ``SAMPLING_PROGRAMS_PER_SM`` programs per SM/CU, so bs = 1 reads its row with dozens of
     programs. With one request a program the chain kernel reduces its lanes to scalars: on AMD
-    (without it Triton 3.6 spilled SGPRs in the masked variants on gfx942), and in the ragged
-    layout on NVIDIA too (H200: 0.49-0.99x the time; the padded layout measured 0.67-1.00x but
-    1.47x in one cell, bs 256, S 4, V 151936, one-hot and masked, so it keeps the (R,) form). The interpreter uses 2 chunks
+    (without it Triton 3.6 spilled SGPRs in the masked variants on gfx942) and on NVIDIA (H200,
+    with a one-hot chain's residual sums derived in the final pass: 0.63-1.02x the time of the
+    (R,) form in 60 padded cells, ragged 0.49-0.99x). The interpreter uses 2 chunks
     whenever the row has 2 tiles (the split path is what the conformance suite checks there too)
     and keeps every tensor under its 2^20-element cap."""
     if target.vendor == "interpreter":
@@ -805,7 +828,7 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
         cap = 2**19
         requests = min(_pow2(bs), 32768 // _pow2(nodes), cap // sums_pad, cap // tile_v, cap // (tile_v // sub * _pow2(nodes)))
         return SamplingLaunch(requests=max(requests, 1), warps=1, tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                              tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True, scalar_reduce=False, ragged_scalar_reduce=False)
+                              tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True, scalar_reduce=False)
     sub = 128
     programs = SAMPLING_PROGRAMS_PER_SM.get(target.vendor, 2) * target.multiprocessors
     # Tiles of 2048 ids (16 fp32 a thread on NVIDIA, 8 a lane on AMD). NVIDIA reads one tile ahead:
@@ -821,8 +844,8 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
         chunks = max(1, min(chunks, SAMPLING_RESIDENT_PER_SM[target.vendor] * target.multiprocessors // max(bs, 1)))
     threads = 128 if nvidia else 256  # AMD: 16 strided loads a thread spill at 128
     return SamplingLaunch(requests=1, warps=target.warps(threads), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                          tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia, scalar_reduce=not nvidia,
-                          ragged_scalar_reduce=True)
+                          tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia, scalar_reduce=True,
+                          strided_maxnreg=SAMPLING_STRIDED_MAXNREG if nvidia else None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1063,6 +1086,7 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         total_rows = target_probs.shape[0]  # T + bs, or T draft-aligned
         num_drafts = total_rows - bs if bonus_tokens is None else total_rows
     config = sampling_launch(target, bs, nodes, vocab)
+    flags, options = config.chain_flags(p_strides[-1] == 1 and (not has_draft_probs or q_strides[-1] == 1))
     sums, counters = _final_token_scratch(bs, config, final_coins.device, scratch)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _chain_sampling_kernel[(cdiv(bs, config.requests), config.chunks)](
@@ -1073,9 +1097,8 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         counts, starts, num_drafts, total_rows, out.num_correct if bonus_tokens is None else bonus_tokens.contiguous(),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
         SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, COUNT_PASSED=passed_counts is not None,
-        RAGGED=ragged is not None, BONUS=bonus_tokens is not None, READ_AHEAD=config.read_ahead,
-        SCALAR_REDUCE=config.reduces_to_scalars(ragged is not None),
-        num_warps=config.warps,
+        RAGGED=ragged is not None, BONUS=bonus_tokens is not None, SCALAR_REDUCE=config.scalar_reduce, **flags,
+        num_warps=config.warps, **options,
     )
 
 
@@ -1114,7 +1137,7 @@ def chain_sampling_constexprs(config: SamplingLaunch, nodes: int, ragged: bool =
     """The launch constexprs of ``launch_chain_sampling`` (without passed_counts) but HAS_DRAFT_PROBS and the mask flags."""
     return {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "TILE_V": config.tile_v, "SUB": config.sub, "NB_PAD": config.nb_pad,
             "SPLIT": config.chunks > 1, "COUNT_PASSED": False, "RAGGED": ragged, "BONUS": bonus, "READ_AHEAD": config.read_ahead,
-            "SCALAR_REDUCE": config.reduces_to_scalars(ragged)}
+            "SCALAR_REDUCE": config.scalar_reduce}
 
 
 def compile_specs(target: KernelTarget):
@@ -1124,11 +1147,14 @@ def compile_specs(target: KernelTarget):
     constexprs, multiples of 16 get ``tt.divisibility``)."""
     specs = []
 
-    def add_plain(kernel, signature, constexprs, num_warps, **values):
-        specs.append((kernel, signature, constexprs, num_warps))
+    def add_plain(kernel, signature, constexprs, num_warps, strided=({}, {}), **values):
+        """The generic spec (``strided``: its constexprs and compile options, where a launch with
+        non-unit strides changes them) and the runtime-specialised one."""
+        specs.append((kernel, signature, {**constexprs, **strided[0]}, num_warps, None, strided[1]))
         specs.append(runtime_specialized(target, kernel, signature, constexprs, num_warps, values=values))
 
-    def add(kernel, signature, constexprs, num_warps, *, placeholder="*i32", masked=False, extra=(), masked_extra=(), **values):
+    def add(kernel, signature, constexprs, num_warps, *, placeholder="*i32", masked=False, extra=(), masked_extra=(), strided=({}, {}),
+            **values):
         """The launch without a mask (mask pointers are the ``placeholder``), and with
         ``masked`` its token_bitmask variants (no index, int32 and int64 index); ``extra``:
         further constexpr variants of the unmasked launch, ``masked_extra`` of the masked ones."""
@@ -1139,7 +1165,7 @@ def compile_specs(target: KernelTarget):
             for extra_constexprs in ({},) + tuple(masked_extra if has_mask else extra):
                 add_plain(kernel, {**signature, "mask_ptr": mask_type, "index_ptr": index_type, "num_masks": "i32", "mask_width": "i32",
                                    "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", **{name: "constexpr" for name in extra_constexprs}},
-                          {**constexprs, "HAS_MASK": has_mask, "HAS_INDEX": has_index, **extra_constexprs}, num_warps,
+                          {**constexprs, "HAS_MASK": has_mask, "HAS_INDEX": has_index, **extra_constexprs}, num_warps, strided,
                           num_masks=values.get("bs", 1) * 8 if has_mask else 0, mask_width=4748 if has_mask else 0, **values)
 
     walk_links = {"next_token_ptr": "*i64", "next_sibling_ptr": "*i64", "cand_ptr": "*i64"}
@@ -1190,7 +1216,7 @@ def compile_specs(target: KernelTarget):
         # passed_counts (spec_hal.compat.flashinfer's accepted count) at the two masked/production shapes
         add(_chain_sampling_kernel, chain_sampling_signature("*i64", "*i32"), {**chain_sampling_constexprs(sampling, nodes), "HAS_DRAFT_PROBS": True},
             sampling.warps, masked=masked, masked_extra=({"HAS_DRAFT_PROBS": False},), extra=(({"HAS_DRAFT_PROBS": False},) if masked else ())
-            + (({"COUNT_PASSED": True},) if (bs, nodes) in ((1, 4), (64, 8)) else ()), stride_qb=chain_steps * vocab, stride_qn=vocab,
+            + (({"COUNT_PASSED": True},) if (bs, nodes) in ((1, 4), (64, 8)) else ()), strided=sampling.chain_flags(False), stride_qb=chain_steps * vocab, stride_qn=vocab,
             stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values,
             flag_code=_CHAIN_SAMPLING_CODE, num_drafts=bs * chain_steps, total_rows=bs * nodes)
     return specs

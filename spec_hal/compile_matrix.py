@@ -317,10 +317,11 @@ def _spec_parts(spec) -> tuple:
 
     The optional fifth element holds ``ASTSource`` attrs (argument position to specialisations
     such as ``[["tt.divisibility", 16]]``), as ``kernels.launch.runtime_specialized`` builds them
-    to reproduce what Triton's JIT does at launch time; the optional sixth, extra compile options
+    to reproduce what Triton's JIT does at launch time (None or none: a generic launch); the
+    optional sixth, extra compile options
     (``maxnreg``, ``waves_per_eu``)."""
     kernel, signature, constexprs, num_warps = spec[:4]
-    attrs = dict(spec[4]) if len(spec) > 4 else {}
+    attrs = dict(spec[4] or {}) if len(spec) > 4 else {}
     options = dict(spec[5]) if len(spec) > 5 else {}
     return kernel, signature, constexprs, num_warps, attrs, options
 

@@ -1,6 +1,6 @@
 """The chain sampling kernel's lane reductions as scalars (``SamplingLaunch.scalar_reduce``, the
-AMD and ragged launches: kernels/verify.py ``_lanes_reduce``) against the (R,) reductions the other launches
-use, through the interpreter.
+GPU launches: kernels/verify.py ``_lanes_reduce``) against the (R,) reductions the interpreter's
+launches use, through the interpreter.
 
 The interpreter's own launch config batches many requests per program, where scalar reductions do
 not apply, so the conformance suite never runs them. This test launches the padded and the ragged
@@ -26,8 +26,7 @@ PROBE = textwrap.dedent("""
             config = default_launch(target, bs, nodes, vocab)
             tiles = -(-vocab // 32)
             return dataclasses.replace(config, requests=1, tile_v=32, num_tiles=tiles, tiles_per_chunk=-(-tiles // 2),
-                                       read_ahead=False, scalar_reduce=scalar_reduce,
-                                       ragged_scalar_reduce=scalar_reduce)
+                                       read_ahead=False, scalar_reduce=scalar_reduce)
         return launch
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
