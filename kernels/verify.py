@@ -748,7 +748,7 @@ class SamplingLaunch:
         """(READ_AHEAD, compile options) of a ``_chain_sampling_kernel`` launch whose probability rows
         have unit vocabulary strides or not. With ``strided_maxnreg`` (NVIDIA) a strided launch reads
         no tile ahead, under that register cap: with the read-ahead or without the cap, the
-        strided (generic) specs kept 8-24 B local frames on sm_80, sm_90 or sm_100 with Triton 3.6
+        strided (generic) specs kept 8-160 B local frames on sm_80, sm_90 or sm_100 with Triton 3.6
         or 3.9 (offline compiles); a strided row is a gather the read-ahead does little for."""
         if unit_stride or self.strided_maxnreg is None:
             return {"READ_AHEAD": self.read_ahead}, {}
@@ -816,8 +816,8 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
     ``SAMPLING_PROGRAMS_PER_SM`` programs per SM/CU, so bs = 1 reads its row with dozens of
     programs. With one request a program the chain kernel reduces its lanes to scalars: on AMD
     (without it Triton 3.6 spilled SGPRs in the masked variants on gfx942) and on NVIDIA (H200,
-    with a one-hot chain's residual sums derived in the final pass: 0.63-1.02x the time of the
-    (R,) form in 60 padded cells, ragged 0.49-0.99x). The interpreter uses 2 chunks
+    with a one-hot chain's residual sums derived in the final pass: 0.62-1.02x the time of the
+    (R,) form in 60 padded unit-stride cells, ragged 0.49-0.99x). The interpreter uses 2 chunks
     whenever the row has 2 tiles (the split path is what the conformance suite checks there too)
     and keeps every tensor under its 2^20-element cap."""
     if target.vendor == "interpreter":
