@@ -842,7 +842,10 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
     chunks = max(1, min(num_tiles, cdiv(programs, max(bs, 1))))
     if target.vendor in SAMPLING_RESIDENT_PER_SM:  # no partial second wave of chunks
         chunks = max(1, min(chunks, SAMPLING_RESIDENT_PER_SM[target.vendor] * target.multiprocessors // max(bs, 1)))
-    threads = 128 if nvidia else 256  # AMD: 16 strided loads a thread spill at 128
+    # AMD: 16 strided loads a thread spill at 128. Never more threads than a tile has ids: 256 AMD
+    # lanes over a 128-id tile (V <= 128) hold each value twice, and with Triton 3.6 the tree walk's
+    # N_PAD 8 specs spilled 595-911 VGPRs on gfx90a and gfx950 (offline); at 128 lanes, none.
+    threads = min(128 if nvidia else 256, tile_v)
     return SamplingLaunch(requests=1, warps=target.warps(threads), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
                           tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia, scalar_reduce=True,
                           strided_maxnreg=SAMPLING_STRIDED_MAXNREG if nvidia else None)
