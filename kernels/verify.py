@@ -25,8 +25,8 @@ split final sampling stays bit-identical to the reference.
 
 ``BLOCK_R`` requests share a program: 1 on a GPU (one program per request and chunk); under the
 interpreter many, so that a batch of 10^5 requests (the statistical test) is a few vectorised
-programs. With one request a program, ``_chain_sampling_kernel``'s AMD launches and its ragged
-NVIDIA ones reduce each request's lanes to scalars (``SCALAR_REDUCE``: ``_lanes_reduce``).
+programs. With one request a program, ``_chain_sampling_kernel``'s GPU launches (padded and
+ragged, AMD and NVIDIA) reduce each request's lanes to scalars (``SCALAR_REDUCE``: ``_lanes_reduce``).
 """
 from __future__ import annotations
 
