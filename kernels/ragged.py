@@ -307,7 +307,7 @@ def _chain_sampling_specs(target: KernelTarget) -> list:
                                  "HAS_INDEX": "constexpr"}
                     constexprs = {**chain_sampling_constexprs(config, nodes, ragged=True, bonus=bonus), "HAS_DRAFT_PROBS": has_draft_probs,
                                   "HAS_MASK": has_mask, "HAS_INDEX": has_index}
-                    strided_flags, strided_options = config.chain_flags(False)
+                    strided_flags, strided_options = config.read_flags(False)
                     specs.append((_chain_sampling_kernel, signature, {**constexprs, **strided_flags}, config.warps, None, strided_options))
                     specs.append(runtime_specialized(target, _chain_sampling_kernel, signature, constexprs, config.warps, values={
                         "stride_qb": 0, "stride_qn": vocab if has_draft_probs else 0, "stride_qv": 1 if has_draft_probs else 0,

@@ -726,7 +726,7 @@ class WalkLaunch:
 # can measure it.
 SAMPLING_PROGRAMS_PER_SM = {"nvidia": 3, "amd": 2}
 SAMPLING_RESIDENT_PER_SM = {"nvidia": 4}
-SAMPLING_STRIDED_MAXNREG = 128  # SamplingLaunch.chain_flags
+SAMPLING_STRIDED_MAXNREG = 128  # SamplingLaunch.read_flags
 
 
 @dataclass(frozen=True)
@@ -742,14 +742,16 @@ class SamplingLaunch:
     tiles_per_chunk: int
     read_ahead: bool  # READ_AHEAD: a tile's loads issued while the previous tile is reduced
     scalar_reduce: bool  # SCALAR_REDUCE of _chain_sampling_kernel (GPUs): lane reductions as scalars (_lanes_reduce)
-    strided_maxnreg: Optional[int] = None  # see chain_flags
+    strided_maxnreg: Optional[int] = None  # see read_flags
 
-    def chain_flags(self, unit_stride: bool) -> tuple[dict, dict]:
-        """(READ_AHEAD, compile options) of a ``_chain_sampling_kernel`` launch whose probability rows
-        have unit vocabulary strides or not. With ``strided_maxnreg`` (NVIDIA) a strided launch reads
-        no tile ahead, under that register cap: with the read-ahead or without the cap, the
-        strided (generic) specs kept 8-160 B local frames on sm_80, sm_90 or sm_100 with Triton 3.6
-        or 3.9 (offline compiles); a strided row is a gather the read-ahead does little for."""
+    def read_flags(self, unit_stride: bool) -> tuple[dict, dict]:
+        """(READ_AHEAD, compile options) of a ``_sampling_walk_kernel`` or ``_chain_sampling_kernel``
+        launch whose probability rows have unit vocabulary strides or not. With ``strided_maxnreg``
+        (NVIDIA) a strided launch reads no tile ahead, under that register cap: with the read-ahead
+        or without the cap, the strided (generic) specs kept 8-160 B local frames on sm_80, sm_90 or
+        sm_100 with Triton 3.6 or 3.9 (the chain kernel), 16-24 B on sm_90 and sm_100 with 3.6 (the
+        tree walk at N_PAD 8; offline compiles); a strided row is a gather the read-ahead does
+        little for."""
         if unit_stride or self.strided_maxnreg is None:
             return {"READ_AHEAD": self.read_ahead}, {}
         return {"READ_AHEAD": False}, {"maxnreg": self.strided_maxnreg}
@@ -831,11 +833,11 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
                               tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True, scalar_reduce=False)
     sub = 128
     programs = SAMPLING_PROGRAMS_PER_SM.get(target.vendor, 2) * target.multiprocessors
-    # Tiles of 2048 ids (16 fp32 a thread on NVIDIA, 8 a lane on AMD). NVIDIA reads one tile ahead:
-    # with Triton 3.6 that keeps an 8-24 B local frame on sm_90 (128 registers; clean with 3.9),
-    # yet measured faster on the H100 than 1024-id tiles read ahead without one (bs 64, N 8,
-    # V 151936: 23.4 vs 29.6 us unmasked, 29.9 vs 38.7 masked). AMD does not read ahead: it cost
-    # SGPR spills on gfx942 with Triton 3.6, and no AMD GPU here can show a gain.
+    # Tiles of 2048 ids (16 fp32 a thread on NVIDIA, 8 a lane on AMD). NVIDIA reads one tile ahead
+    # where the rows have a unit vocabulary stride (read_flags): measured faster on the H100 than
+    # 1024-id tiles read ahead (bs 64, N 8, V 151936: 23.4 vs 29.6 us unmasked, 29.9 vs 38.7
+    # masked). AMD does not read ahead: it cost SGPR spills on gfx942 with Triton 3.6, and no AMD
+    # GPU here can show a gain.
     nvidia = target.vendor == "nvidia"
     tile_v = min(2048, max(next_power_of_2(max(vocab, 1)), sub))
     num_tiles = cdiv(max(vocab, 1), tile_v)
@@ -1010,6 +1012,7 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
     if bs == 0:
         return out
     stride_b, stride_n, stride_v = _probs_strides(target_probs, nodes)
+    flags, options = config.read_flags(stride_v == 1)
     sums, counters = _final_token_scratch(bs, config, candidates.device, scratch, walk_only=walk_only)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _sampling_walk_kernel[(cdiv(bs, config.requests), 1 if walk_only else config.chunks)](
@@ -1020,8 +1023,8 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
         _CHAIN_SAMPLING_CODE if record_as_chain else _SAMPLING_CODE,
         int(record_as_chain),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, SUB=config.sub,
-        NB_PAD=config.nb_pad, SPLIT=config.chunks > 1 and not walk_only, READ_AHEAD=config.read_ahead, **masks.flags,
-        WALK_ONLY=walk_only, num_warps=config.warps,
+        NB_PAD=config.nb_pad, SPLIT=config.chunks > 1 and not walk_only, **flags, **masks.flags,
+        WALK_ONLY=walk_only, num_warps=config.warps, **options,
     )
     return out
 
@@ -1089,7 +1092,7 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         total_rows = target_probs.shape[0]  # T + bs, or T draft-aligned
         num_drafts = total_rows - bs if bonus_tokens is None else total_rows
     config = sampling_launch(target, bs, nodes, vocab)
-    flags, options = config.chain_flags(p_strides[-1] == 1 and (not has_draft_probs or q_strides[-1] == 1))
+    flags, options = config.read_flags(p_strides[-1] == 1 and (not has_draft_probs or q_strides[-1] == 1))
     sums, counters = _final_token_scratch(bs, config, final_coins.device, scratch)
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     _chain_sampling_kernel[(cdiv(bs, config.requests), config.chunks)](
@@ -1213,13 +1216,13 @@ def compile_specs(target: KernelTarget):
              "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs},
              "WALK_ONLY": "constexpr"},
             {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), **final_constexprs, "WALK_ONLY": False},
-            sampling.warps, masked=masked, extra=({"WALK_ONLY": True, "SPLIT": False},), stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
+            sampling.warps, masked=masked, extra=({"WALK_ONLY": True, "SPLIT": False},), strided=sampling.read_flags(False), stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
             vocab=vocab, **final_values, flag_code=_SAMPLING_CODE, chain_shift=0)
         chain_steps = nodes - 1
         # passed_counts (spec_hal.compat.flashinfer's accepted count) at the two masked/production shapes
         add(_chain_sampling_kernel, chain_sampling_signature("*i64", "*i32"), {**chain_sampling_constexprs(sampling, nodes), "HAS_DRAFT_PROBS": True},
             sampling.warps, masked=masked, masked_extra=({"HAS_DRAFT_PROBS": False},), extra=(({"HAS_DRAFT_PROBS": False},) if masked else ())
-            + (({"COUNT_PASSED": True},) if (bs, nodes) in ((1, 4), (64, 8)) else ()), strided=sampling.chain_flags(False), stride_qb=chain_steps * vocab, stride_qn=vocab,
+            + (({"COUNT_PASSED": True},) if (bs, nodes) in ((1, 4), (64, 8)) else ()), strided=sampling.read_flags(False), stride_qb=chain_steps * vocab, stride_qn=vocab,
             stride_qv=1, stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, steps=chain_steps, vocab=vocab, **final_values,
             flag_code=_CHAIN_SAMPLING_CODE, num_drafts=bs * chain_steps, total_rows=bs * nodes)
     return specs
