@@ -352,6 +352,33 @@ def test_verify_chain_sampling_masked_and_without_draft_probs(backend, steps, wi
         _assert_path_allowed(verdict, allowed, steps + 1)
 
 
+@pytest.mark.parametrize("op, with_draft_probs", [
+    pytest.param("verify_chain_sampling", True, marks=pytest.mark.spec_hal_op("verify_chain_sampling")),
+    pytest.param("verify_chain_sampling", False, marks=pytest.mark.spec_hal_op("verify_chain_sampling")),
+    pytest.param("verify_sampling", False, marks=pytest.mark.spec_hal_op("verify_sampling"))])
+def test_sampling_verifies_with_a_mask_of_no_rows(backend, op, with_draft_probs):
+    """A (0, ceil(V/32)) token_bitmask whose index is all -1 constrains no row: the verdict is the
+    reference's, which equals the unmasked one. A kernel that reads mask words for unconstrained
+    rows (at row 0, say) would read past this empty mask: memcheck on a GPU, a crash under the
+    interpreter (seen with such a kernel on 2026-11-29)."""
+    bs, steps, vocab = 9, 4, 300
+    tree, candidates = random_tree(bs, steps + 1, steps, seed=4, vocab=vocab)
+    generator = torch.Generator().manual_seed(5)
+    target = torch.softmax(2 * torch.randn(bs, steps + 1, vocab, generator=generator), dim=2)
+    draft = torch.softmax(torch.randn(bs, steps, vocab, generator=generator), dim=2) if with_draft_probs else None
+    coins, final_coins = torch.rand(bs, steps + 1, generator=generator), torch.rand(bs, generator=generator)
+    no_rows = torch.zeros(0, masks.mask_width(vocab), dtype=torch.int32)
+    index = torch.full((bs * (steps + 1),), -1, dtype=torch.int64)
+    if op == "verify_chain_sampling":
+        args = (candidates[:, 1:].contiguous(), draft, target, coins[:, 1:].contiguous(), final_coins)
+    else:
+        args = (tree, candidates, target, coins, final_coins)
+    expected = getattr(verify_reference, op)(*args, token_bitmask=no_rows, bitmask_index=index)
+    assert_same_verdict(expected, getattr(verify_reference, op)(*args))
+    verdict = call_without_sync(backend.device, getattr(backend, op), *args, token_bitmask=no_rows, bitmask_index=index)
+    assert_same_verdict(verdict, expected)
+
+
 # ----------------------------------------------------------------------------------------------
 # distributions (lossless under the mask)
 
