@@ -8,7 +8,8 @@ Device helpers other kernels import (``from .masks import mask_row_base, token_a
   the row's mask; True where the row is unconstrained. An unconstrained row loads nothing, so
   rows without a grammar cost no memory traffic.
 * ``tile_words`` + ``words_allowed`` ((R,) rows' tiles of ids, at one start for all rows or one
-  per row; the load apart from the bit test), ``rows_tile_allowed`` (both, at one start) and
+  per row; the load apart from the bit test; ``tile_words_clamped``: the same words loaded at
+  clamped addresses, without a per-word predicate), ``rows_tile_allowed`` (both, at one start) and
   ``tile_allowed`` (both, for one row): each mask word loaded once, contiguously.
 
 ``_apply_bitmask_kernel`` (grid: rows x tiles) never reads the logits: it stores -inf where a
@@ -73,6 +74,28 @@ def tile_words(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexp
     word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)[None, :]
     words = tl.load(mask_ptr + base[:, None] + word_ids, mask=constrained[:, None] & (word_ids < width), other=0)
     return tl.where(constrained[:, None], words, -1)
+
+
+@triton.jit
+def tile_words_clamped(mask_ptr, base, constrained, first_col, width, BLOCK: tl.constexpr, PREDICATE: tl.constexpr):
+    """``tile_words`` with every load's address clamped into its row's ``width`` words, so that no
+    load carries a per-word bound (the words past the width are set to 0 after the load).
+    PREDICATE "row": the loads are predicated on the row's ``constrained`` flag alone (the same
+    for every thread of a one-request program), so an unconstrained row loads nothing. "none":
+    no predicate at all; an unconstrained row (``mask_row_base`` gives it row 0) loads row 0's
+    words and discards them, so a launch must have at least one mask row (``MaskArgs.of`` drops
+    a mask of zero rows, under which every row is unconstrained). Why: with the per-word
+    predicate of ``tile_words`` read a tile ahead, ptxas scheduled some chain sampling launches
+    so that the loop waited on the loads' operands (Nsight Compute, H200: 7.7 against 5.7 cycles
+    an issued instruction, same instruction count; BENCHMARKS.md, thirty-fifth session)."""
+    word_ids = first_col // 32 + tl.arange(0, BLOCK // 32)[None, :]
+    in_row = tl.minimum(word_ids, width - 1)
+    tl.static_assert(PREDICATE == "row" or PREDICATE == "none", "PREDICATE is \"row\" or \"none\"")
+    if PREDICATE == "row":
+        words = tl.load(mask_ptr + base[:, None] + in_row, mask=constrained[:, None], other=-1)
+        return tl.where(word_ids < width, words, tl.where(constrained[:, None], 0, -1))
+    words = tl.load(mask_ptr + base[:, None] + in_row)
+    return tl.where(constrained[:, None], tl.where(word_ids < width, words, 0), -1)
 
 
 @triton.jit

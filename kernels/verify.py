@@ -45,7 +45,7 @@ import spec_hal.verify as semantics
 
 from .error_flag import ARGUMENT_STEP, record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .masks import mask_row_base, tile_allowed, tile_words, token_allowed, words_allowed
+from .masks import mask_row_base, tile_allowed, tile_words, tile_words_clamped, token_allowed, words_allowed
 
 # Globals read inside kernels must be constexpr.
 NO_ID = tl.constexpr(2**31 - 1)
@@ -170,10 +170,12 @@ def _lanes_reduce(OP: tl.constexpr, values, SCALAR_REDUCE: tl.constexpr):
 @triton.jit
 def _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, tile, end_tile, vocab,
                 mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr,
-                HAS_Q: tl.constexpr, HAS_MASK: tl.constexpr):
+                HAS_Q: tl.constexpr, HAS_MASK: tl.constexpr, MASK_LOADS: tl.constexpr):
     """The raw loads of ``tile`` of each request's row, nothing at or past ``end_tile``: p and q
     (R, TILE_V) float32 (q: HAS_Q, where use_q) and the tile's mask words (R, TILE_V // 32)
-    (HAS_MASK; masks.tile_words). Unused outputs are placeholders the compiler drops."""
+    (HAS_MASK; MASK_LOADS "bounded": masks.tile_words, each word predicated on its bound; "row"
+    or "none": masks.tile_words_clamped with that PREDICATE). Unused outputs are placeholders the
+    compiler drops."""
     cols = tile * TILE_V + tl.arange(0, TILE_V)
     # tile compared as a (R,) vector: the interpreter rejects a load mask made from a 0-d bool
     rows_ok = req_ok & ((tl.zeros([BLOCK_R], dtype=tl.int32) + tile) < end_tile)
@@ -184,7 +186,10 @@ def _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, r
         q = tl.load(q_ptr + q_base[:, None] + cols[None, :].to(tl.int64) * stride_qv, mask=ok & use_q[:, None], other=0.0)
     words = tl.zeros([BLOCK_R, 1], dtype=tl.int32)
     if HAS_MASK:
-        words = tile_words(mask_ptr, mask_base, rows_ok & constrained, tile * TILE_V, mask_width, TILE_V)
+        if MASK_LOADS == "bounded":
+            words = tile_words(mask_ptr, mask_base, rows_ok & constrained, tile * TILE_V, mask_width, TILE_V)
+        else:
+            words = tile_words_clamped(mask_ptr, mask_base, rows_ok & constrained, tile * TILE_V, mask_width, TILE_V, MASK_LOADS)
     return p, q, words
 
 
@@ -200,7 +205,7 @@ def _removed_sums(rejected, rejected_q, blocks, SUB: tl.constexpr):
 def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, mask_base, constrained, mask_width,
                 BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr,
-                HAS_MASK: tl.constexpr, READ_AHEAD: tl.constexpr, ONE_REJECTED: tl.constexpr = False):
+                HAS_MASK: tl.constexpr, READ_AHEAD: tl.constexpr, ONE_REJECTED: tl.constexpr, MASK_LOADS: tl.constexpr):
     """For tiles [first_tile, end_tile) of each request's row, store the sum of every SUB-wide
     block of the quantised target row at sums_ptr[sums_base + k] and of the quantised residual at
     sums_ptr[sums_base + sums_width + k] (k: global block index). The residual is max(0, p - q)
@@ -209,15 +214,15 @@ def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, r
     a chain's one-hot draft): the residual's sums are not stored; ``_sample_from_sums`` takes the
     one token's quantised p off the target's (half the stores and int64 sums a tile). HAS_MASK: p
     is 0 at the ids the row's mask (``mask_base``, ``constrained``: ``masks.mask_row_base``) does
-    not allow (TILE_V >= 32). READ_AHEAD: tile t + 1 is loaded before tile t is reduced
-    (``SamplingLaunch.read_ahead``)."""
+    not allow (TILE_V >= 32), its words loaded as MASK_LOADS says (``_tile_loads``). READ_AHEAD:
+    tile t + 1 is loaded before tile t is reduced (``SamplingLaunch.read_ahead``)."""
     tl.static_assert(HAS_Q != HAS_REJECTED, "the residual is p - q or p without rejected tokens")
     SUBS: tl.constexpr = TILE_V // SUB
     subs = tl.arange(0, SUBS)
     if READ_AHEAD:
         p_next, q_next, words_next = _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, first_tile,
                                                  end_tile, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_Q,
-                                                 HAS_MASK)
+                                                 HAS_MASK, MASK_LOADS)
     for t in range(first_tile, end_tile):
         if READ_AHEAD:
             # Each program keeps a whole tile of loads in flight. Without it ptxas issued a masked
@@ -226,10 +231,10 @@ def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, r
             p, q, words = p_next, q_next, words_next
             p_next, q_next, words_next = _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, t + 1,
                                                      end_tile, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V,
-                                                     HAS_Q, HAS_MASK)
+                                                     HAS_Q, HAS_MASK, MASK_LOADS)
         else:
             p, q, words = _tile_loads(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, t, end_tile, vocab,
-                                      mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_Q, HAS_MASK)
+                                      mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_Q, HAS_MASK, MASK_LOADS)
         if HAS_MASK:
             p = tl.where(words_allowed(words, TILE_V), p, 0.0)
         p = _sanitize_probs(p)
@@ -529,7 +534,7 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
         final_base, final_constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
         _block_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens, rejected_q,
                     sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
-                    BLOCK_R, TILE_V, SUB, False, True, HAS_MASK, READ_AHEAD)
+                    BLOCK_R, TILE_V, SUB, False, True, HAS_MASK, READ_AHEAD, False, "bounded")
         if _finishing(counter_ptr, req, req_ok, SPLIT):
             final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
             final = _sample_from_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens,
@@ -677,9 +682,14 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         rejected_lane = (lanes[None, :] == num_correct[:, None]) & use_q[:, None] & draft_ok
         rejected_tokens = _lanes_reduce("max", tl.where(rejected_lane, drafts, -1), SCALAR_REDUCE)[:, None]
         rejected_q = _lanes_reduce("sum", tl.where(rejected_lane, _quantize(p), 0), SCALAR_REDUCE)[:, None]
+    # The final row's mask words at clamped addresses (masks.tile_words_clamped): with the walk's
+    # per-word predicate, ptxas left some masked specs waiting on the loads' operands (with draft
+    # probabilities at N_PAD 4 and V 151936: 1.6x the unmasked time on the H200). Of the two
+    # forms, each kind takes the one measured faster (BENCHMARKS.md, thirty-fifth session).
     _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
-                BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, READ_AHEAD, not HAS_DRAFT_PROBS)
+                BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, READ_AHEAD, not HAS_DRAFT_PROBS,
+                "row" if HAS_DRAFT_PROBS else "none")
     if _finishing(counter_ptr, req, req_ok, SPLIT):
         final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
         final = _sample_from_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens,
@@ -886,6 +896,8 @@ class MaskArgs:
     @classmethod
     def of(cls, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor], placeholder: torch.Tensor) -> "MaskArgs":
         if token_bitmask is None:
+            return cls((placeholder, placeholder, 0, 0), _MASK_FLAGS[False, False])
+        if token_bitmask.shape[0] == 0:  # no mask row: every row is unconstrained (spec_hal.masks.mask_rows)
             return cls((placeholder, placeholder, 0, 0), _MASK_FLAGS[False, False])
         mask = token_bitmask.contiguous()
         index = bitmask_index.contiguous() if bitmask_index is not None else mask
