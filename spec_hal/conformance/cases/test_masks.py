@@ -145,6 +145,49 @@ def test_draft_topk_masked_strided_index(backend):
     assert_close("draft_topk", "probs", probs, expected[0], input_dtype=torch.float32)
 
 
+@pytest.mark.spec_hal_op("draft_topk")
+@pytest.mark.parametrize("k", (1, 4, 16))
+@pytest.mark.parametrize("indexed", (False, True))
+def test_draft_topk_masked_whole_tiles(backend, k, indexed):
+    """A power-of-two vocabulary (1024), so that every backend's tiles are whole (no id past the
+    vocabulary: kernels/topk.py ranks such tiles' sub-tiles from their mask words), with the
+    sub-tile cases that path must get right: a row allowing nothing, one allowing everything, one
+    allowing a single id in the last word, a 256-id block wholly masked holding the row's largest
+    logits, a row whose allowed ids are all -inf and in its last block, allowed NaN and +inf, signed zeros, and (indexed)
+    unconstrained rows."""
+    rows, vocab = 14, 1024
+    logits = logits_rows(rows, vocab, seed=23 + k)
+    allowed = torch.rand(rows, vocab, generator=torch.Generator().manual_seed(29 + k)) < 0.3
+    allowed[0], allowed[1], allowed[2] = False, True, False
+    allowed[2, vocab - 1] = True
+    allowed[3, 256:512] = False
+    logits[3, 300] = 50.0
+    allowed[4] = False  # only ids 800-809 (the last 256-id block) allowed, all -inf: they rank above the masked blocks
+    allowed[4, 800:810] = True
+    logits[4, 800:810] = float("-inf")
+    logits[5, 600:640] = float("nan")
+    logits[5, 641] = float("inf")
+    allowed[5, 600:642] = True
+    logits[6] = torch.where(torch.arange(vocab) % 2 == 0, torch.tensor(0.0), torch.tensor(-0.0))
+    bitmask = masks.pack_bitmask(allowed)
+    index = None
+    if indexed:
+        index = torch.arange(rows)
+        index[7::3] = -1
+    expected = topk_reference.draft_topk(logits, k, token_bitmask=bitmask, bitmask_index=index)
+    device = backend.device
+    probs, ids = call_without_sync(device, backend.draft_topk, embedded_input(logits, device, margin_value=1e4), k,
+                                   token_bitmask=bitmask, bitmask_index=index)
+    assert torch.equal(ids.cpu(), expected[1]), f"ids differ:\n got  {ids.cpu().tolist()}\n want {expected[1].tolist()}"
+    assert_close("draft_topk", "probs", probs, expected[0], input_dtype=torch.float32)
+    # Independent invariant: a token with probability > 0 is allowed at its row.
+    row_allowed = masks.allowed_matrix(bitmask, index, rows, vocab)
+    for row in range(rows):
+        for slot in range(k):
+            if float(probs[row, slot]) > 0:
+                assert row_allowed[row, int(ids[row, slot])], f"row {row}: masked token {int(ids[row, slot])} has probability > 0"
+
+
 # ----------------------------------------------------------------------------------------------
 # verification
 
