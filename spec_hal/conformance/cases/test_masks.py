@@ -103,6 +103,15 @@ def test_apply_token_bitmask(backend, vocab, indexed, dtype, rows):
 # draft_topk
 
 
+def _assert_positive_probabilities_allowed(probs: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor) -> None:
+    """Independent of the reference: every (row, slot) of ``draft_topk`` whose probability is
+    above 0 holds a token that ``allowed`` ((rows, V) bool, in the ids' vocabulary) allows."""
+    probs, ids = probs.cpu(), ids.cpu()
+    for row, slot in (probs > 0).nonzero().tolist():
+        token = int(ids[row, slot])
+        assert allowed[row, token], f"row {row}: masked token {token} has probability > 0"
+
+
 @pytest.mark.spec_hal_op("draft_topk")
 @pytest.mark.parametrize("vocab, k", ((40, 4), (100, 16), (33, 1)))
 @pytest.mark.parametrize("indexed", (False, True))
@@ -119,12 +128,7 @@ def test_draft_topk_masked(backend, vocab, k, indexed, mapped):
                                    token_map=token_map, token_bitmask=bitmask, bitmask_index=index)
     assert torch.equal(ids.cpu(), expected[1]), f"ids differ:\n got  {ids.cpu().tolist()}\n want {expected[1].tolist()}"
     assert_close("draft_topk", "probs", probs, expected[0], input_dtype=torch.float32)
-    # Independent invariant: a token with probability > 0 is allowed at its row.
-    target_ids = ids.cpu()
-    for row in range(rows):
-        for slot in range(k):
-            if float(probs[row, slot]) > 0:
-                assert allowed[row, int(target_ids[row, slot])], f"row {row}: masked token {int(target_ids[row, slot])} has probability > 0"
+    _assert_positive_probabilities_allowed(probs, ids, allowed)
 
 
 @pytest.mark.spec_hal_op("draft_topk")
@@ -150,11 +154,12 @@ def test_draft_topk_masked_strided_index(backend):
 @pytest.mark.parametrize("indexed", (False, True))
 def test_draft_topk_masked_whole_tiles(backend, k, indexed):
     """A power-of-two vocabulary (1024), so that every backend's tiles are whole (no id past the
-    vocabulary: kernels/topk.py ranks such tiles' sub-tiles from their mask words), with the
-    sub-tile cases that path must get right: a row allowing nothing, one allowing everything, one
-    allowing a single id in the last word, a 256-id block wholly masked holding the row's largest
-    logits, a row whose allowed ids are all -inf and in its last block, allowed NaN and +inf, signed zeros, and (indexed)
-    unconstrained rows."""
+    vocabulary: the statistics pass's branch without bound tests, where masked ids are told from
+    ids past the vocabulary by the mask alone), with the sub-tile cases a ranking must get right:
+    a row allowing nothing, one allowing everything, one allowing a single id in the last word, a
+    256-id block wholly masked holding the row's largest logits, a row whose only allowed ids are
+    -inf and in its last block (they rank above the masked blocks), allowed NaN and +inf, signed
+    zeros, and (indexed) unconstrained rows."""
     rows, vocab = 14, 1024
     logits = logits_rows(rows, vocab, seed=23 + k)
     allowed = torch.rand(rows, vocab, generator=torch.Generator().manual_seed(29 + k)) < 0.3
@@ -162,7 +167,7 @@ def test_draft_topk_masked_whole_tiles(backend, k, indexed):
     allowed[2, vocab - 1] = True
     allowed[3, 256:512] = False
     logits[3, 300] = 50.0
-    allowed[4] = False  # only ids 800-809 (the last 256-id block) allowed, all -inf: they rank above the masked blocks
+    allowed[4] = False
     allowed[4, 800:810] = True
     logits[4, 800:810] = float("-inf")
     logits[5, 600:640] = float("nan")
@@ -180,12 +185,7 @@ def test_draft_topk_masked_whole_tiles(backend, k, indexed):
                                    token_bitmask=bitmask, bitmask_index=index)
     assert torch.equal(ids.cpu(), expected[1]), f"ids differ:\n got  {ids.cpu().tolist()}\n want {expected[1].tolist()}"
     assert_close("draft_topk", "probs", probs, expected[0], input_dtype=torch.float32)
-    # Independent invariant: a token with probability > 0 is allowed at its row.
-    row_allowed = masks.allowed_matrix(bitmask, index, rows, vocab)
-    for row in range(rows):
-        for slot in range(k):
-            if float(probs[row, slot]) > 0:
-                assert row_allowed[row, int(ids[row, slot])], f"row {row}: masked token {int(ids[row, slot])} has probability > 0"
+    _assert_positive_probabilities_allowed(probs, ids, masks.allowed_matrix(bitmask, index, rows, vocab))
 
 
 # ----------------------------------------------------------------------------------------------
