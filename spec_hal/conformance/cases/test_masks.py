@@ -152,14 +152,16 @@ def test_draft_topk_masked_strided_index(backend):
 @pytest.mark.spec_hal_op("draft_topk")
 @pytest.mark.parametrize("k", (1, 4, 16))
 @pytest.mark.parametrize("indexed", (False, True))
-def test_draft_topk_masked_whole_tiles(backend, k, indexed):
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_draft_topk_masked_whole_tiles(backend, k, indexed, dtype):
     """A power-of-two vocabulary (1024), so that every backend's tiles are whole (no id past the
     vocabulary: the statistics pass's branch without bound tests, where masked ids are told from
     ids past the vocabulary by the mask alone), with the sub-tile cases a ranking must get right:
     a row allowing nothing, one allowing everything, one allowing a single id in the last word, a
     256-id block wholly masked holding the row's largest logits, a row whose only allowed ids are
     -inf and in its last block (they rank above the masked blocks), allowed NaN and +inf, signed
-    zeros, and (indexed) unconstrained rows."""
+    zeros, and (indexed) unconstrained rows; float32 and bfloat16 logits (2-byte logits launch
+    other tiles on NVIDIA, kernels/topk.py: launch_config)."""
     rows, vocab = 14, 1024
     logits = logits_rows(rows, vocab, seed=23 + k)
     allowed = torch.rand(rows, vocab, generator=torch.Generator().manual_seed(29 + k)) < 0.3
@@ -174,6 +176,7 @@ def test_draft_topk_masked_whole_tiles(backend, k, indexed):
     logits[5, 641] = float("inf")
     allowed[5, 600:642] = True
     logits[6] = torch.where(torch.arange(vocab) % 2 == 0, torch.tensor(0.0), torch.tensor(-0.0))
+    logits = logits.to(dtype)
     bitmask = masks.pack_bitmask(allowed)
     index = None
     if indexed:
@@ -184,7 +187,7 @@ def test_draft_topk_masked_whole_tiles(backend, k, indexed):
     probs, ids = call_without_sync(device, backend.draft_topk, embedded_input(logits, device, margin_value=1e4), k,
                                    token_bitmask=bitmask, bitmask_index=index)
     assert torch.equal(ids.cpu(), expected[1]), f"ids differ:\n got  {ids.cpu().tolist()}\n want {expected[1].tolist()}"
-    assert_close("draft_topk", "probs", probs, expected[0], input_dtype=torch.float32)
+    assert_close("draft_topk", "probs", probs, expected[0], input_dtype=dtype)
     _assert_positive_probabilities_allowed(probs, ids, masks.allowed_matrix(bitmask, index, rows, vocab))
 
 
