@@ -685,7 +685,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     # The final row's mask words at clamped addresses (masks.tile_words_clamped): with the walk's
     # per-word predicate, ptxas left some masked specs waiting on the loads' operands (with draft
     # probabilities at N_PAD 4 and V 151936: 1.6x the unmasked time on the H200). Of the two
-    # forms, each kind takes the one measured faster (BENCHMARKS.md, thirty-fifth session).
+    # forms, each kind takes the one measured faster (BENCHMARKS.md, thirty-fifth and thirty-sixth
+    # sessions).
     _block_sums(probs_ptr, p_row, stride_pv, draft_probs_ptr, q_row, stride_qv, use_q, sampled, rejected_tokens, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
                 BLOCK_R, TILE_V, SUB, HAS_DRAFT_PROBS, not HAS_DRAFT_PROBS, HAS_MASK, READ_AHEAD, not HAS_DRAFT_PROBS,
@@ -895,9 +896,9 @@ class MaskArgs:
 
     @classmethod
     def of(cls, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor], placeholder: torch.Tensor) -> "MaskArgs":
-        if token_bitmask is None:
-            return cls((placeholder, placeholder, 0, 0), _MASK_FLAGS[False, False])
-        if token_bitmask.shape[0] == 0:  # no mask row: every row is unconstrained (spec_hal.masks.mask_rows)
+        # A mask of no rows constrains no row (spec_hal.masks.mask_rows): launched as no mask, so
+        # that no kernel reads it (masks.tile_words_clamped "none" reads row 0 of a real mask).
+        if token_bitmask is None or token_bitmask.shape[0] == 0:
             return cls((placeholder, placeholder, 0, 0), _MASK_FLAGS[False, False])
         mask = token_bitmask.contiguous()
         index = bitmask_index.contiguous() if bitmask_index is not None else mask
