@@ -36,7 +36,7 @@ from spec_hal import error_flag
 from spec_hal.types import DraftTree, Verdict
 
 from .launch import MAX_THREAD_REGISTERS, SM_REGISTERS, KernelTarget, cdiv, next_power_of_2, runtime_specialized
-from .masks import mask_row_base, rows_tile_allowed, token_allowed
+from .masks import mask_row_base, tile_words, token_allowed, words_allowed
 from .verify import (QUANT_SCALE, MaskArgs, _link, _pow2, _probs_strides, _quantize, _record_walk_values, _sanitize_coins,
                      _sanitize_probs, _store_verdict, _verdict_buffers)
 
@@ -53,20 +53,12 @@ RECIPROCAL_SEED = tl.constexpr(0x7FDE623822FC16E6)
 def _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols, ok, p_ok):
     """(quantised target p, quantised draft q) int64 at token ids ``cols`` (R, L) of each request's
     rows (``p_base``/``q_base`` (R,) element offsets); q is 0 where not ``ok``, p where not
-    ``p_ok`` (``ok`` and allowed by the row's mask: ``_tile_p_ok``, or token_allowed)."""
+    ``p_ok`` (``ok`` and allowed by the row's mask: token_allowed). The walk's gathered token;
+    the passes over a row load through ``_tile_p_loads`` and ``_tile_q_loads``."""
     cols = cols.to(tl.int64)
     p = _sanitize_probs(tl.load(probs_ptr + p_base[:, None] + cols * stride_pv, mask=p_ok, other=0.0))
     q = _sanitize_probs(tl.load(q_ptr + q_base[:, None] + cols * stride_qv, mask=ok, other=0.0))
     return _quantize(p), _quantize(q)
-
-
-@triton.jit
-def _tile_p_ok(ok, mask_ptr, mask_base, constrained, first_col, mask_width, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr):
-    """``ok`` (R, TILE_V) of the tile at ``first_col`` and, HAS_MASK, allowed by each row's mask
-    (its words loaded once a tile: masks.rows_tile_allowed)."""
-    if HAS_MASK:
-        ok = ok & rows_tile_allowed(mask_ptr, mask_base, constrained, first_col, mask_width, TILE_V)
-    return ok
 
 
 @triton.jit
@@ -115,12 +107,22 @@ def _divide(a, b, b_reciprocal, FMA_DIVIDE: tl.constexpr):
 
 
 @triton.jit
-def _residual(p_int, q_int, divisors, reciprocals, rejections, lanes, max_rejections, FMA_DIVIDE: tl.constexpr):
+def _quantized_fraction(q):
+    """quantise(q) / 2^40 (float32, q sanitised into [0, 1]), exactly: q 2^40 and the product
+    with 2^-40 are scalings by powers of two, the floor is exact, and the result is a multiple of
+    2^-40 with at most 24 significant bits (q 2^40 of a q >= 2^-16 is an integer already). Half the
+    registers of the float64 it becomes inside the residual loop: that loop's live state is what a
+    tile read ahead has to fit beside."""
+    return tl.floor(q * QUANT_SCALE) * INV_QUANT_SCALE
+
+
+@triton.jit
+def _residual(p_int, q_fraction, divisors, reciprocals, rejections, lanes, max_rejections, FMA_DIVIDE: tl.constexpr):
     """r_k (R, L) int64 from r_0 = ``p_int`` after each request's ``rejections`` (R,) rejections,
-    rejection i dividing by ``divisors[:, i]`` (R, N_PAD; ``reciprocals[:, i]``: 1 / it): the
-    reference's float64 update, elementwise."""
+    rejection i dividing by ``divisors[:, i]`` (R, N_PAD; ``reciprocals[:, i]``: 1 / it) and
+    subtracting ``q_fraction`` (``_quantized_fraction`` of q): the reference's float64 update,
+    elementwise."""
     r = p_int
-    q_scaled = q_int.to(tl.float64) * INV_QUANT_SCALE  # exact: a power-of-two scale
     for i in range(0, max_rejections):
         at_i = lanes[None, :] == i
         # Both picks in one lane reduction (joined as (R, N_PAD, 2)): a reduction per pick per tile
@@ -130,48 +132,100 @@ def _residual(p_int, q_int, divisors, reciprocals, rejections, lanes, max_reject
         active = (i < rejections)[:, None]
         # Rows past their rejections divide 0 (their slot holds 1 or a stale divisor: r * 2^40 could overflow the cast).
         quotient = _divide(tl.where(active, r.to(tl.float64), 0.0), divisor[:, None], reciprocal[:, None], FMA_DIVIDE)
-        update = (tl.maximum(quotient - q_scaled, 0.0) * QUANT_SCALE).to(tl.int64)
+        update = (tl.maximum(quotient - q_fraction.to(tl.float64), 0.0) * QUANT_SCALE).to(tl.int64)
         r = tl.where(active, update, r)
     return r
 
 
 @triton.jit
-def _row_totals(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, divisors, reciprocals, rejections, lanes, vocab,
-                mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr,
-                FMA_DIVIDE: tl.constexpr):
-    """(sum of r_k, sum of r_0) (R,) int64 over each request's row: one pass over the vocabulary."""
+def _tile_p_loads(probs_ptr, p_base, stride_pv, rows_ok, tile, vocab, mask_ptr, mask_base, constrained, mask_width,
+                  TILE_V: tl.constexpr, HAS_MASK: tl.constexpr):
+    """The raw target loads of ``tile`` of each request's row, nothing past the vocabulary: p (R,
+    TILE_V) float32 under the row's bounds alone (so that they can be vectorised), and, HAS_MASK,
+    the tile's mask as ``_tile_values`` takes it: its words (R, TILE_V // 32) (masks.tile_words),
+    or narrower than a word (the interpreter's tiles of tiny vocabularies) each id's allowed flag
+    (masks.token_allowed). Apart from ``_tile_values`` so that a pass can issue them a tile ahead."""
+    cols = tile * TILE_V + tl.arange(0, TILE_V)
+    ok = rows_ok[:, None] & (cols[None, :] < vocab)
+    p = tl.load(probs_ptr + p_base[:, None] + cols[None, :].to(tl.int64) * stride_pv, mask=ok, other=0.0)
+    mask = ok  # a placeholder the compiler drops without a mask
+    if HAS_MASK:
+        if TILE_V >= 32:
+            mask = tile_words(mask_ptr, mask_base, rows_ok & constrained, tile * TILE_V, mask_width, TILE_V)
+        else:
+            mask = token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], cols[None, :], ok, mask_width)
+    return p, mask
+
+
+@triton.jit
+def _tile_q_loads(q_ptr, q_base, stride_qv, rows_ok, tile, vocab, TILE_V: tl.constexpr):
+    """The raw draft loads q (R, TILE_V) float32 of ``tile`` of each request's row, under the row's
+    bounds."""
+    cols = tile * TILE_V + tl.arange(0, TILE_V)
+    ok = rows_ok[:, None] & (cols[None, :] < vocab)
+    return tl.load(q_ptr + q_base[:, None] + cols[None, :].to(tl.int64) * stride_qv, mask=ok, other=0.0)
+
+
+@triton.jit
+def _tile_values(p, q, mask, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr):
+    """(quantised target p int64, ``_quantized_fraction`` of the draft q) (R, TILE_V) of a tile's
+    raw loads (``_tile_p_loads``, ``_tile_q_loads``): p is 0 where the row's mask does not allow
+    the id (no draft q is masked). The mask is applied after the load by a select, so that p's
+    loads carry the row's bounds alone and stay 16-byte vectors (under the mask bits they were
+    scalar: 0.78-0.92x the masked time on the H200, thirty-seventh session)."""
+    if HAS_MASK:
+        if TILE_V >= 32:
+            p = tl.where(words_allowed(mask, TILE_V), p, 0.0)
+        else:
+            p = tl.where(mask, p, 0.0)
+    return _quantize(_sanitize_probs(p)), _quantized_fraction(_sanitize_probs(q))
+
+
+@triton.jit
+def _row_pass(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, divisors, reciprocals, rejections, lanes, vocab, threshold,
+              mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr,
+              FMA_DIVIDE: tl.constexpr, READ_AHEAD: tl.constexpr, COUNT: tl.constexpr):
+    """One pass over each request's row: (sum of r_k, sum of r_0, and, COUNT, the number of ids
+    whose inclusive running sum of r_k is <= ``threshold`` (R,)), each (R,) int64. READ_AHEAD: tile
+    t + 1 is loaded before tile t is reduced (``TreeSamplingLaunch.read_ahead``)."""
     max_rejections = tl.max(tl.where(rows_ok, rejections, 0), axis=0)
     total_r = tl.zeros([BLOCK_R], dtype=tl.int64)
     total_p = tl.zeros([BLOCK_R], dtype=tl.int64)
+    count = tl.zeros([BLOCK_R], dtype=tl.int64)
+    if READ_AHEAD:
+        p_next, mask_next = _tile_p_loads(probs_ptr, p_base, stride_pv, rows_ok, 0, vocab, mask_ptr, mask_base, constrained, mask_width,
+                                          TILE_V, HAS_MASK)
     for t in range(0, tl.cdiv(vocab, TILE_V)):
-        cols = t * TILE_V + tl.arange(0, TILE_V)
-        ok = rows_ok[:, None] & (cols[None, :] < vocab)
-        p_ok = _tile_p_ok(ok, mask_ptr, mask_base, constrained, t * TILE_V, mask_width, TILE_V, HAS_MASK)
-        p_int, q_int = _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols[None, :], ok, p_ok)
-        total_r += tl.sum(_residual(p_int, q_int, divisors, reciprocals, rejections, lanes, max_rejections, FMA_DIVIDE), axis=1)
+        q = _tile_q_loads(q_ptr, q_base, stride_qv, rows_ok, t, vocab, TILE_V)
+        if READ_AHEAD:
+            # A pass is a chain of tile steps, one program a request: without the read-ahead each
+            # step waited on its own loads. Only p and the mask words are read ahead: q too kept
+            # 8-208 B local frames on sm_90 under the 255-register cap (offline, Triton 3.9).
+            p, mask = p_next, mask_next
+            p_next, mask_next = _tile_p_loads(probs_ptr, p_base, stride_pv, rows_ok, t + 1, vocab, mask_ptr, mask_base, constrained,
+                                              mask_width, TILE_V, HAS_MASK)
+        else:
+            p, mask = _tile_p_loads(probs_ptr, p_base, stride_pv, rows_ok, t, vocab, mask_ptr, mask_base, constrained, mask_width,
+                                    TILE_V, HAS_MASK)
+        p_int, q_fraction = _tile_values(p, q, mask, TILE_V, HAS_MASK)
+        r = _residual(p_int, q_fraction, divisors, reciprocals, rejections, lanes, max_rejections, FMA_DIVIDE)
+        if COUNT:
+            count += tl.sum(tl.where(tl.cumsum(r, axis=1) + total_r[:, None] <= threshold[:, None], 1, 0), axis=1)
+        total_r += tl.sum(r, axis=1)
         total_p += tl.sum(p_int, axis=1)
-    return total_r, total_p
+    return total_r, total_p, count
 
 
 @triton.jit
 def _inverse_cdf(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, divisors, reciprocals, rejections, lanes, vocab, total,
-                 coin,
-                 mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr,
-                 FMA_DIVIDE: tl.constexpr):
+                 coin, mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr,
+                 FMA_DIVIDE: tl.constexpr, READ_AHEAD: tl.constexpr):
     """The id whose inclusive running sum of r_k first exceeds min(floor(u * total), total - 1),
     counted as the number of ids whose running sum is <= it; 0 where total = 0. (R,) int64."""
     threshold = tl.minimum((coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64), total - 1)
-    max_rejections = tl.max(tl.where(rows_ok, rejections, 0), axis=0)
-    running = tl.zeros([BLOCK_R], dtype=tl.int64)
-    index = tl.zeros([BLOCK_R], dtype=tl.int64)
-    for t in range(0, tl.cdiv(vocab, TILE_V)):
-        cols = t * TILE_V + tl.arange(0, TILE_V)
-        ok = rows_ok[:, None] & (cols[None, :] < vocab)
-        p_ok = _tile_p_ok(ok, mask_ptr, mask_base, constrained, t * TILE_V, mask_width, TILE_V, HAS_MASK)
-        p_int, q_int = _quantized_rows(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, cols[None, :], ok, p_ok)
-        r = _residual(p_int, q_int, divisors, reciprocals, rejections, lanes, max_rejections, FMA_DIVIDE)
-        index += tl.sum(tl.where(tl.cumsum(r, axis=1) + running[:, None] <= threshold[:, None], 1, 0), axis=1)
-        running += tl.sum(r, axis=1)
+    _, _, index = _row_pass(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, divisors, reciprocals, rejections, lanes,
+                            vocab, threshold, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK, FMA_DIVIDE,
+                            READ_AHEAD, True)
     return tl.where(total > 0, index, 0)
 
 
@@ -185,7 +239,7 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
                           predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, nodes, num_steps, vocab,
                           mask_ptr, index_ptr, num_masks, mask_width,
                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILE_V: tl.constexpr,
-                          HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, FMA_DIVIDE: tl.constexpr):
+                          HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, FMA_DIVIDE: tl.constexpr, READ_AHEAD: tl.constexpr):
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     req64 = req.to(tl.int64)
@@ -223,15 +277,15 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
             sibling = tl.load(next_sibling_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
             token = tl.load(cand_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
             in_vocab = scanning & (token >= 0) & (token < vocab)
-            mass, _ = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, scanning, divisors, reciprocals,
-                                  rejections, lanes, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK,
-                                  FMA_DIVIDE)
+            mass, _, _ = _row_pass(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, scanning, divisors, reciprocals,
+                                   rejections, lanes, vocab, rejections, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V,
+                                   HAS_MASK, FMA_DIVIDE, READ_AHEAD, False)
             token_ok = in_vocab[:, None]
             p_x_ok = token_ok
             if HAS_MASK:
                 p_x_ok = token_ok & token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], token[:, None], token_ok, mask_width)
             p_x, q_x = _quantized_rows(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, token[:, None], token_ok, p_x_ok)
-            r_x = tl.sum(_residual(p_x, q_x, divisors, reciprocals, rejections, lanes, tl.max(tl.where(in_vocab, rejections, 0), axis=0),
+            r_x = tl.sum(_residual(p_x, q_x.to(tl.float64) * INV_QUANT_SCALE, divisors, reciprocals, rejections, lanes, tl.max(tl.where(in_vocab, rejections, 0), axis=0),
                                    FMA_DIVIDE), axis=1)
             coin = _sanitize_coins(tl.load(coins_ptr + block_base + cur, mask=scanning, other=0.0)).to(tl.float64)
             # u * q(x) < r(x) / sum(r), in the reference's float64 operation order.
@@ -258,14 +312,14 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
     p_base = req64 * stride_pb + last.to(tl.int64) * stride_pn
     q_base = req64 * stride_qb + last.to(tl.int64) * stride_qn
     mask_base, constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
-    total_r, total_p = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, divisors, reciprocals,
-                                   rejections, lanes, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK,
-                                   FMA_DIVIDE)
+    total_r, total_p, _ = _row_pass(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, divisors, reciprocals,
+                                    rejections, lanes, vocab, rejections, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V,
+                                    HAS_MASK, FMA_DIVIDE, READ_AHEAD, False)
     use_residual = total_r > 0
     final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
     final = _inverse_cdf(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, divisors, reciprocals,
                          tl.where(use_residual, rejections, 0), lanes, vocab, tl.where(use_residual, total_r, total_p), final_coin,
-                         mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK, FMA_DIVIDE)
+                         mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK, FMA_DIVIDE, READ_AHEAD)
     next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
     predict = tl.where(on_path != 0, next_tokens, -1)
     _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
@@ -327,6 +381,7 @@ class TreeSamplingLaunch:
     requests: int  # BLOCK_R
     warps: int
     tile_v: int
+    read_ahead: bool  # READ_AHEAD: a pass loads tile t + 1 before it reduces tile t
     options: tuple = ()  # (name, value) pairs: hashable, as the frozen dataclass needs
 
 
@@ -350,17 +405,24 @@ def tree_sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) 
     fourteenth session). On sm_80 wider than 128 threads left 8-16 B frames; 128 of 16 ids
     compile clean under the cap (without one, ptxas stopped at 168 registers and kept a 24 B frame
     in the masked variants once their mask words came a tile at a time; not timed: no Ampere GPU
-    here). On gfx942 tiles of 1024 or 4096 ids spilled in 6-11 of 14 specs. The interpreter batches requests so that a tile holds at most 2^17 elements,
-    and reads a row in at least 2 tiles (the running sums across tiles are what the conformance
-    suite checks there)."""
+    here). On gfx942 tiles of 1024 or 4096 ids spilled in 6-11 of 14 specs. The interpreter batches
+    requests so that a tile holds at most 2^17 elements, and reads a row in at least 2 tiles (the
+    running sums across tiles are what the conformance suite checks there).
+
+    ``read_ahead`` (each pass loads tile t + 1's p and mask words before it reduces tile t): on
+    sm_90, where every spec compiles frame-free with it (Triton 3.6 and 3.9) and the H200 ran it at
+    0.89-0.97x the time of the plain loop masked and 0.91-0.98x unmasked (BENCHMARKS.md,
+    thirty-seventh session); and under the interpreter, so that CI runs that loop. Not on sm_80 or
+    sm_100, where 1-2 masked specs kept 16-32 B frames with Triton 3.9, nor on AMD (one id a
+    thread); q is never read ahead (with it, 8-208 B frames on sm_90)."""
     if target.vendor == "interpreter":
         tile_v = min(max(next_power_of_2(cdiv(max(vocab, 1), 2)), 8), 4096)
         requests = min(_pow2(bs), 32768 // _pow2(nodes), max(2**17 // tile_v, 1))
-        return TreeSamplingLaunch(requests=requests, warps=1, tile_v=tile_v)
+        return TreeSamplingLaunch(requests=requests, warps=1, tile_v=tile_v, read_ahead=True)
     if target.vendor != "nvidia":
-        return TreeSamplingLaunch(requests=1, warps=target.warps(256), tile_v=256)
+        return TreeSamplingLaunch(requests=1, warps=target.warps(256), tile_v=256, read_ahead=False)
     threads = 128 if target.ampere_or_ada else 256
-    return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads * IDS_PER_THREAD,
+    return TreeSamplingLaunch(requests=1, warps=target.warps(threads), tile_v=threads * IDS_PER_THREAD, read_ahead=target.arch == "sm_90",
                               options=(("maxnreg", min(MAX_THREAD_REGISTERS, SM_REGISTERS // threads)),))
 
 
@@ -388,7 +450,7 @@ def verify_tree_sampling(tree: DraftTree, candidates: torch.Tensor, draft_probs:
         coins.contiguous(), final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens,
         bs, nodes, tree.num_steps, vocab, *masks.args,
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, **masks.flags,
-        FMA_DIVIDE=fma_rounds_once(target), num_warps=config.warps, **dict(config.options),
+        FMA_DIVIDE=fma_rounds_once(target), READ_AHEAD=config.read_ahead, num_warps=config.warps, **dict(config.options),
     )
     return out
 
@@ -431,9 +493,11 @@ def compile_specs(target: KernelTarget):
                          "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32",
                          "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", "mask_ptr": mask_type, "index_ptr": index_type,
                          "num_masks": "i32", "mask_width": "i32", "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr",
-                         "TILE_V": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "FMA_DIVIDE": "constexpr"}
+                         "TILE_V": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "FMA_DIVIDE": "constexpr",
+                         "READ_AHEAD": "constexpr"}
             constexprs = {"BLOCK_R": config.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), "TILE_V": config.tile_v,
-                          "HAS_MASK": has_mask, "HAS_INDEX": has_index, "FMA_DIVIDE": fma_rounds_once(target)}
+                          "HAS_MASK": has_mask, "HAS_INDEX": has_index, "FMA_DIVIDE": fma_rounds_once(target),
+                          "READ_AHEAD": config.read_ahead}
             specs.append((_kernel_for(target), signature, constexprs, config.warps, {}, dict(config.options)))
             specs.append(runtime_specialized(target, _kernel_for(target), signature, constexprs, config.warps,
                                              values={"stride_qb": nodes * vocab, "stride_qn": vocab, "stride_qv": 1, "stride_pb": nodes * vocab,

@@ -1,5 +1,7 @@
 """The sampling walks' vocabulary pass with and without its one-tile read-ahead
-(``SamplingLaunch.read_ahead``: NVIDIA reads ahead, AMD does not), over several tiles per program.
+(``SamplingLaunch.read_ahead``: NVIDIA reads ahead, AMD does not), over several tiles per program;
+and verify_tree_sampling's row passes both ways (``TreeSamplingLaunch.read_ahead``: sm_90 and the
+interpreter read ahead, other targets do not).
 
 The interpreter's own launch config gives every program one tile (two chunks of one tile each),
 so the conformance suite never carries a tile from one loop iteration to the next there. This test
@@ -17,14 +19,21 @@ PROBE = textwrap.dedent("""
     from spec_hal.bench.examples import tree_verify_inputs
     from spec_hal.masks import pack_bitmask
     import spec_hal.kernels.verify as kv
+    import spec_hal.kernels.tree_sampling as kts
 
     default_launch = kv.sampling_launch
+    default_tree_launch = kts.tree_sampling_launch
 
     def launch_with(read_ahead):
         def launch(target, bs, nodes, vocab):
             config = default_launch(target, bs, nodes, vocab)
             tiles = -(-vocab // 32)
             return dataclasses.replace(config, tile_v=32, num_tiles=tiles, tiles_per_chunk=tiles, read_ahead=read_ahead)
+        return launch
+
+    def tree_launch_with(read_ahead):
+        def launch(target, bs, nodes, vocab):
+            return dataclasses.replace(default_tree_launch(target, bs, nodes, vocab), tile_v=32, read_ahead=read_ahead)
         return launch
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
@@ -39,16 +48,19 @@ PROBE = textwrap.dedent("""
     drafts = candidates[:, 1:].contiguous()
     draft_probs = torch.softmax(torch.randn(bs, nodes - 1, vocab, generator=generator), dim=-1)
     chain_coins = coins[:, 1:].contiguous()
+    tree_draft_probs = torch.softmax(torch.randn(bs, nodes, vocab, generator=generator), dim=-1)
 
     cases = {
         "tree": lambda b, **m: b.verify_sampling(tree, candidates, probs, coins, final_coins, **m),
         "chain": lambda b, **m: b.verify_chain_sampling(drafts, draft_probs, probs, chain_coins, final_coins, **m),
         "chain one-hot": lambda b, **m: b.verify_chain_sampling(drafts, None, probs, chain_coins, final_coins, **m),
+        "tree with draft probs": lambda b, **m: b.verify_tree_sampling(tree, candidates, tree_draft_probs, probs, coins, final_coins, **m),
     }
     masks = {"unmasked": {}, "masked": {"token_bitmask": mask}, "half masked": {"token_bitmask": mask, "bitmask_index": index}}
     results = {}
     for read_ahead in (True, False):
         kv.sampling_launch = launch_with(read_ahead)
+        kts.tree_sampling_launch = tree_launch_with(read_ahead)
         for name, call in cases.items():
             for mask_name, mask_args in masks.items():
                 want, got = call(reference, **mask_args), call(kernels, **mask_args)
@@ -61,5 +73,5 @@ PROBE = textwrap.dedent("""
 
 def test_read_ahead_and_plain_tile_loops_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=600)
-    assert len(results) == 18
+    assert len(results) == 24
     assert all(results.values()), {case: same for case, same in results.items() if not same}

@@ -522,7 +522,7 @@ def _tree_sampling_inputs(bs: int, nodes: int, steps: int, vocab: int, *, seed: 
 @pytest.mark.parametrize("masked, vocab", ((False, 12), (True, 12), (True, 100)))
 def test_verify_tree_sampling_matches_reference(backend, steps, nodes, masked, vocab):
     """V = 100: the interpreter's tiles are 64 ids wide, so its masked passes load each tile's mask
-    words at once (masks.rows_tile_allowed) as the GPUs do at every V, the last word partial."""
+    words at once (masks.tile_words) as the GPUs do at every V, the last word partial."""
     bs = 9
     tree, candidates, draft, target, coins, final_coins = _tree_sampling_inputs(bs, nodes, steps, vocab, seed=steps * 10 + nodes)
     kwargs = {}
