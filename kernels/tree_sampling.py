@@ -217,6 +217,18 @@ def _row_pass(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, d
 
 
 @triton.jit
+def _row_totals(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, divisors, reciprocals, rejections, lanes, vocab,
+                mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr,
+                FMA_DIVIDE: tl.constexpr, READ_AHEAD: tl.constexpr):
+    """(sum of r_k, sum of r_0) (R,) int64 over each request's row: one ``_row_pass``."""
+    no_threshold = rejections  # read only by a counting pass
+    total_r, total_p, _ = _row_pass(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, divisors, reciprocals, rejections,
+                                    lanes, vocab, no_threshold, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK,
+                                    FMA_DIVIDE, READ_AHEAD, False)
+    return total_r, total_p
+
+
+@triton.jit
 def _inverse_cdf(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, rows_ok, divisors, reciprocals, rejections, lanes, vocab, total,
                  coin, mask_ptr, mask_base, constrained, mask_width, BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, HAS_MASK: tl.constexpr,
                  FMA_DIVIDE: tl.constexpr, READ_AHEAD: tl.constexpr):
@@ -277,9 +289,9 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
             sibling = tl.load(next_sibling_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
             token = tl.load(cand_ptr + block_base + cur, mask=scanning, other=-1).to(tl.int64)
             in_vocab = scanning & (token >= 0) & (token < vocab)
-            mass, _, _ = _row_pass(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, scanning, divisors, reciprocals,
-                                   rejections, lanes, vocab, rejections, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V,
-                                   HAS_MASK, FMA_DIVIDE, READ_AHEAD, False)
+            mass, _ = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, scanning, divisors, reciprocals,
+                                  rejections, lanes, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK,
+                                  FMA_DIVIDE, READ_AHEAD)
             token_ok = in_vocab[:, None]
             p_x_ok = token_ok
             if HAS_MASK:
@@ -312,9 +324,9 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
     p_base = req64 * stride_pb + last.to(tl.int64) * stride_pn
     q_base = req64 * stride_qb + last.to(tl.int64) * stride_qn
     mask_base, constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
-    total_r, total_p, _ = _row_pass(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, divisors, reciprocals,
-                                    rejections, lanes, vocab, rejections, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V,
-                                    HAS_MASK, FMA_DIVIDE, READ_AHEAD, False)
+    total_r, total_p = _row_totals(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, divisors, reciprocals,
+                                   rejections, lanes, vocab, mask_ptr, mask_base, constrained, mask_width, BLOCK_R, TILE_V, HAS_MASK,
+                                   FMA_DIVIDE, READ_AHEAD)
     use_residual = total_r > 0
     final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
     final = _inverse_cdf(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, req_ok, divisors, reciprocals,
