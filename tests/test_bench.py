@@ -58,6 +58,27 @@ def test_bench_rejects_an_unknown_backend(capsys):
     assert main(["bench", "--backend", "no-such-backend", "--sizes", "quick", "--quiet"]) == 3
 
 
+def test_masks_suite_allows_each_request_its_candidates():
+    """The masks suite's masks allow every candidate of a request in each of that request's rows
+    (drafts proposed under the grammar), so masking does not reject drafts and the masked and
+    unmasked runs verify the same trees; the other ids stay about 70% allowed."""
+    from spec_hal.bench.masks import _masks
+    from spec_hal.masks import allowed_matrix
+
+    bs, nodes, vocab = 5, 4, 300
+    candidates = torch.randint(0, vocab, (bs, nodes), generator=torch.Generator().manual_seed(0))
+    mask, index = _masks(bs * nodes, vocab, "cpu", candidates)
+    allowed = allowed_matrix(mask, None, bs * nodes, vocab)
+    rows = torch.arange(bs * nodes)
+    for j in range(nodes):
+        assert allowed[rows, candidates.repeat_interleave(nodes, dim=0)[:, j]].all()
+    other = torch.ones_like(allowed)
+    other[rows[:, None], candidates.repeat_interleave(nodes, dim=0)] = False
+    assert 0.6 < allowed[other].float().mean() < 0.8
+    plain, _ = _masks(bs * nodes, vocab, "cpu")
+    assert not allowed_matrix(plain, None, bs * nodes, vocab)[rows[:, None], candidates.repeat_interleave(nodes, dim=0)].all()
+
+
 def test_masks_suite_covers_masked_verification_and_ragged_chains(tmp_path):
     """The masks suite (issue #14): masked vs unmasked rows per op, and every ragged chain op
     (greedy, sampling with and without draft probabilities) against its padded op."""
