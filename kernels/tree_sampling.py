@@ -297,8 +297,9 @@ def _tree_sampling_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, draft_prob
             if HAS_MASK:
                 p_x_ok = token_ok & token_allowed(mask_ptr, mask_base[:, None], constrained[:, None], token[:, None], token_ok, mask_width)
             p_x, q_x = _quantized_rows(probs_ptr, p_base, stride_pv, draft_probs_ptr, q_base, stride_qv, token[:, None], token_ok, p_x_ok)
-            r_x = tl.sum(_residual(p_x, q_x.to(tl.float64) * INV_QUANT_SCALE, divisors, reciprocals, rejections, lanes, tl.max(tl.where(in_vocab, rejections, 0), axis=0),
-                                   FMA_DIVIDE), axis=1)
+            q_x_fraction = q_x.to(tl.float64) * INV_QUANT_SCALE  # exact: a power-of-two scale
+            r_x = tl.sum(_residual(p_x, q_x_fraction, divisors, reciprocals, rejections, lanes,
+                                   tl.max(tl.where(in_vocab, rejections, 0), axis=0), FMA_DIVIDE), axis=1)
             coin = _sanitize_coins(tl.load(coins_ptr + block_base + cur, mask=scanning, other=0.0)).to(tl.float64)
             # u * q(x) < r(x) / sum(r), in the reference's float64 operation order.
             hit = in_vocab & (coin * tl.sum(q_x, axis=1).to(tl.float64) * mass.to(tl.float64) < r_x.to(tl.float64) * QUANT_SCALE)
