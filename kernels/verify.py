@@ -12,10 +12,11 @@
   chunks): every program of a request walks (the tree walk chases pointers like the greedy one; a
   level gathers the last node's row at every candidate token in one load), then sums the
   quantised target row and residual over its chunk of the vocabulary, per ``SUB``-wide block,
-  into a scratch buffer. The last of a request's programs to arrive (an acq_rel atomic counter)
-  finds the crossing block from the block sums' running total, reads that block again and
-  writes the Verdict. Quantised int64 sums are exact, so the result is bit-identical to the
-  reference whatever the split; bs = 1 uses as many programs as the row has tiles.
+  into a scratch buffer (where the residual is the target without some rejected tokens, only the
+  target's sums: ``DERIVE_RESIDUAL``). The last of a request's programs to arrive (an acq_rel
+  atomic counter) finds the crossing block from the block sums' running total, reads that block
+  again and writes the Verdict. Quantised int64 sums are exact, so the result is bit-identical to
+  the reference whatever the split; bs = 1 uses as many programs as the row has tiles.
 
 Vocabulary masks (``token_bitmask``/``bitmask_index``, ``HAS_MASK``; helpers in kernels/masks.py):
 the tile argmax ranks masked ids below every allowed one (a row allowing nothing gives id 0); the
@@ -202,20 +203,41 @@ def _removed_sums(rejected, rejected_q, blocks, SUB: tl.constexpr):
 
 
 @triton.jit
+def _removed_block_sums(rejected, rejected_q, blocks, SUB: tl.constexpr):
+    """``_removed_sums`` over all of a row's blocks (``blocks``: (NB_PAD,)), one rejected lane at a
+    time where there are several: as one (R, NB_PAD, L) comparison the L lanes spread over threads,
+    and reducing over them took hundreds of shuffles a thread in the tree walk's final token (sm_90
+    SASS, thirty-eighth session). A lane with no rejected token is skipped."""
+    L: tl.constexpr = rejected.shape[1]
+    if L == 1:
+        return _removed_sums(rejected, rejected_q, blocks, SUB)
+    lanes = tl.arange(0, L)
+    removed = tl.zeros([rejected.shape[0], blocks.shape[0]], dtype=tl.int64)
+    for j in tl.static_range(L):
+        token = tl.max(tl.where(lanes[None, :] == j, rejected, -1), axis=1)
+        if tl.max(token, axis=0) >= 0:
+            token_q = tl.sum(tl.where(lanes[None, :] == j, rejected_q, 0), axis=1)
+            block_of = tl.where(token >= 0, token // SUB, -1)
+            removed += tl.where(blocks[None, :] == block_of[:, None], token_q[:, None], 0)
+    return removed
+
+
+@triton.jit
 def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, req_ok, rejected, rejected_q,
                 sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, mask_base, constrained, mask_width,
                 BLOCK_R: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, HAS_Q: tl.constexpr, HAS_REJECTED: tl.constexpr,
-                HAS_MASK: tl.constexpr, READ_AHEAD: tl.constexpr, ONE_REJECTED: tl.constexpr, MASK_LOADS: tl.constexpr):
+                HAS_MASK: tl.constexpr, READ_AHEAD: tl.constexpr, DERIVE_RESIDUAL: tl.constexpr, MASK_LOADS: tl.constexpr):
     """For tiles [first_tile, end_tile) of each request's row, store the sum of every SUB-wide
     block of the quantised target row at sums_ptr[sums_base + k] and of the quantised residual at
     sums_ptr[sums_base + sums_width + k] (k: global block index). The residual is max(0, p - q)
     (HAS_Q; q read where use_q) or p without the ``rejected`` tokens (R, L; -1 none; their
-    quantised p in rejected_q) (HAS_REJECTED). ONE_REJECTED (HAS_REJECTED with (R, 1) ``rejected``:
-    a chain's one-hot draft): the residual's sums are not stored; ``_sample_from_sums`` takes the
-    one token's quantised p off the target's (half the stores and int64 sums a tile). HAS_MASK: p
-    is 0 at the ids the row's mask (``mask_base``, ``constrained``: ``masks.mask_row_base``) does
-    not allow (TILE_V >= 32), its words loaded as MASK_LOADS says (``_tile_loads``). READ_AHEAD:
-    tile t + 1 is loaded before tile t is reduced (``SamplingLaunch.read_ahead``)."""
+    quantised p in rejected_q) (HAS_REJECTED). DERIVE_RESIDUAL (HAS_REJECTED): the residual's sums
+    are not stored; ``_sample_from_sums`` takes the rejected tokens' quantised p off the target's
+    (half the stores and int64 sums a tile, and no comparison of the tile's blocks with the
+    rejected tokens). HAS_MASK: p is 0 at the ids the row's mask (``mask_base``, ``constrained``:
+    ``masks.mask_row_base``) does not allow (TILE_V >= 32), its words loaded as MASK_LOADS says
+    (``_tile_loads``). READ_AHEAD: tile t + 1 is loaded before tile t is reduced
+    (``SamplingLaunch.read_ahead``)."""
     tl.static_assert(HAS_Q != HAS_REJECTED, "the residual is p - q or p without rejected tokens")
     SUBS: tl.constexpr = TILE_V // SUB
     subs = tl.arange(0, SUBS)
@@ -242,7 +264,7 @@ def _block_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, use_q, r
         block = t * SUBS + subs
         at = sums_base[:, None] + block[None, :]
         tl.store(sums_ptr + at, p_sums, mask=req_ok[:, None])
-        if not ONE_REJECTED:
+        if not DERIVE_RESIDUAL:
             if HAS_Q:
                 diff = p - _sanitize_probs(q)
                 r_sums = tl.sum(tl.reshape(_quantize(tl.where(diff > 0, diff, 0.0)), [BLOCK_R, SUBS, SUB]), axis=2)
@@ -270,20 +292,20 @@ def _sample_from_sums(probs_ptr, p_base, stride_pv, q_ptr, q_base, stride_qv, us
                       sums_ptr, sums_base, sums_width, vocab, mask_ptr, mask_base, constrained, mask_width,
                       SUB: tl.constexpr, NB_PAD: tl.constexpr, PIECE: tl.constexpr, HAS_Q: tl.constexpr,
                       HAS_REJECTED: tl.constexpr, HAS_MASK: tl.constexpr, SCALAR_REDUCE: tl.constexpr = False,
-                      ONE_REJECTED: tl.constexpr = False):
+                      DERIVE_RESIDUAL: tl.constexpr = False):
     """The final token of each request (R,) int64 from its block sums (``_block_sums``):
     inverse-CDF of the quantised residual, else of the target row, else 0. The crossing block is
     read again with the same mask as the sums (HAS_MASK), so its running sum matches them.
-    ONE_REJECTED: the residual's sums are the target's less the one ``rejected`` token's
-    quantised p (``rejected``, ``rejected_q``: (R, 1)), the sums ``_block_sums`` would have stored.
+    DERIVE_RESIDUAL: the residual's sums are the target's less the ``rejected`` tokens' quantised p
+    (``rejected``, ``rejected_q``: (R, L)), the sums ``_block_sums`` would have stored.
     SCALAR_REDUCE: the row reductions as scalars (``_lanes_reduce``)."""
     blocks = tl.arange(0, NB_PAD)
     in_sums = req_ok[:, None] & (blocks[None, :] < sums_width)
     at = sums_base[:, None] + blocks[None, :]
     # .cg: other programs wrote these; never serve them from this SM's L1.
-    if ONE_REJECTED:
+    if DERIVE_RESIDUAL:
         sums = tl.load(sums_ptr + at, mask=in_sums, other=0, cache_modifier=".cg")
-        residual = sums - _removed_sums(rejected, rejected_q, blocks, SUB)
+        residual = sums - _removed_block_sums(rejected, rejected_q, blocks, SUB)
         use_residual = _lanes_reduce("sum", residual, SCALAR_REDUCE) > 0
         sums = tl.where(use_residual[:, None], residual, sums)
     else:
@@ -434,10 +456,12 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
                           flag_ptr, flag_code, chain_shift,
                           BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr,
                           NB_PAD: tl.constexpr, SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr,
-                          READ_AHEAD: tl.constexpr, WALK_ONLY: tl.constexpr):
+                          READ_AHEAD: tl.constexpr, WALK_ONLY: tl.constexpr, DERIVE_RESIDUAL: tl.constexpr):
     """WALK_ONLY: the walk alone, no final token (predict -1 at the final node; one program a
     request): its Verdict names each request's final node, the one row whose every probability
-    the full walk then reads (kernels/sampling_rows.py: process_path_rows)."""
+    the full walk then reads (kernels/sampling_rows.py: process_path_rows). DERIVE_RESIDUAL
+    (``SamplingLaunch.derive_residual``): the vocabulary pass stores the final row's block sums
+    alone, and the last program takes the rejected children's quantised p off them."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     lanes = tl.arange(0, N_PAD)
@@ -534,12 +558,12 @@ def _sampling_walk_kernel(next_token_ptr, next_sibling_ptr, cand_ptr, probs_ptr,
         final_base, final_constrained = mask_row_base(index_ptr, block_base + last, req_ok & HAS_MASK, num_masks, mask_width, HAS_INDEX)
         _block_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens, rejected_q,
                     sums_ptr, sums_base, sums_width, vocab, first_tile, end_tile, mask_ptr, final_base, final_constrained, mask_width,
-                    BLOCK_R, TILE_V, SUB, False, True, HAS_MASK, READ_AHEAD, False, "bounded")
+                    BLOCK_R, TILE_V, SUB, False, True, HAS_MASK, READ_AHEAD, DERIVE_RESIDUAL, "bounded")
         if _finishing(counter_ptr, req, req_ok, SPLIT):
             final_coin = _sanitize_coins(tl.load(final_coins_ptr + req, mask=req_ok, other=0.0))
             final = _sample_from_sums(probs_ptr, last_row, stride_pv, probs_ptr, last_row, stride_pv, req_ok, req_ok, rejected_tokens,
                                       rejected_q, final_coin, sums_ptr, sums_base, sums_width, vocab, mask_ptr, final_base, final_constrained,
-                                      mask_width, SUB, NB_PAD, PIECE, False, True, HAS_MASK)
+                                      mask_width, SUB, NB_PAD, PIECE, False, True, HAS_MASK, False, DERIVE_RESIDUAL)
             next_tokens = tl.where(lanes[None, :] == last[:, None], final[:, None], next_tokens)
             predict = tl.where(on_path != 0, next_tokens, -1)
             _store_verdict(predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, predict, accept, num_correct,
@@ -738,6 +762,11 @@ class WalkLaunch:
 SAMPLING_PROGRAMS_PER_SM = {"nvidia": 3, "amd": 2}
 SAMPLING_RESIDENT_PER_SM = {"nvidia": 4}
 SAMPLING_STRIDED_MAXNREG = 128  # SamplingLaunch.read_flags
+# From this many tiles per program, and in trees of at most DERIVE_RESIDUAL_MAX_NODES nodes (padded),
+# the tree walk's vocabulary pass derives the residual's block sums at the end
+# (SamplingLaunch.derive_residual; see sampling_launch).
+DERIVE_RESIDUAL_FROM_TILES = 4
+DERIVE_RESIDUAL_MAX_NODES = 32
 
 
 @dataclass(frozen=True)
@@ -754,6 +783,9 @@ class SamplingLaunch:
     read_ahead: bool  # READ_AHEAD: a tile's loads issued while the previous tile is reduced
     scalar_reduce: bool  # SCALAR_REDUCE of _chain_sampling_kernel (GPUs): lane reductions as scalars (_lanes_reduce)
     strided_maxnreg: Optional[int] = None  # see read_flags
+    # DERIVE_RESIDUAL of _sampling_walk_kernel: the tile loop stores the target's block sums alone
+    # and the last program derives the residual's (see sampling_launch)
+    derive_residual: bool = False
 
     def read_flags(self, unit_stride: bool) -> tuple[dict, dict]:
         """(READ_AHEAD, compile options) of a ``_sampling_walk_kernel`` or ``_chain_sampling_kernel``
@@ -832,7 +864,22 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
     with a one-hot chain's residual sums derived in the final pass: 0.62-1.02x the time of the
     (R,) form in 60 padded unit-stride cells, ragged 0.49-0.99x). The interpreter uses 2 chunks
     whenever the row has 2 tiles (the split path is what the conformance suite checks there too)
-    and keeps every tensor under its 2^20-element cap."""
+    and keeps every tensor under its 2^20-element cap.
+
+    ``derive_residual`` (the tree walk's DERIVE_RESIDUAL) on NVIDIA from DERIVE_RESIDUAL_FROM_TILES
+    tiles a program in trees of up to DERIVE_RESIDUAL_MAX_NODES nodes, and always under the
+    interpreter (so that CI runs that path; tests/test_verify_read_ahead.py runs both): the tile
+    loop stores the target row's block sums alone, without comparing each tile's blocks with the
+    rejected children and storing the residual's, and the last program takes the rejected
+    children's quantised p off the sums. The tile loop lost 30 of 237 instructions and 2 of 4
+    barriers (sm_90); on the H200, at bs 64-256 with 8-38 tiles a program, verify_sampling took
+    0.88-0.94x the time unmasked and 0.80-0.88x masked (BENCHMARKS.md, thirty-eighth session).
+    With fewer tiles the fixed cost at the end is not repaid (bs 64, V 32000, 3 tiles: 1.05x
+    unmasked), nor in trees of 64 nodes, where the last program takes the children off one lane
+    at a time over 64 lanes (bs 256, N 64, V 32000: 39.3 us against 24.7 stored per tile), so
+    they keep the residual's sums per tile. AMD keeps them too: on gfx90a the derived form spilled
+    2-4 registers in the masked specs with an index (offline, Triton 3.9 and 3.6), and no AMD GPU
+    here can show a gain."""
     if target.vendor == "interpreter":
         sub = 16
         tile_v = max(32, next_power_of_2(cdiv(max(vocab, 1), 2)))
@@ -841,7 +888,7 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
         cap = 2**19
         requests = min(_pow2(bs), 32768 // _pow2(nodes), cap // sums_pad, cap // tile_v, cap // (tile_v // sub * _pow2(nodes)))
         return SamplingLaunch(requests=max(requests, 1), warps=1, tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                              tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True, scalar_reduce=False)
+                              tiles_per_chunk=cdiv(num_tiles, 2), read_ahead=True, scalar_reduce=False, derive_residual=True)
     sub = 128
     programs = SAMPLING_PROGRAMS_PER_SM.get(target.vendor, 2) * target.multiprocessors
     # Tiles of 2048 ids (16 fp32 a thread on NVIDIA, 8 a lane on AMD). NVIDIA reads one tile ahead
@@ -859,9 +906,12 @@ def sampling_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Sa
     # lanes over a 128-id tile (V <= 128) hold each value twice, and with Triton 3.6 the tree walk's
     # N_PAD 8 specs spilled 595-911 VGPRs on gfx90a and gfx950 (offline); at 128 lanes, none.
     threads = min(128 if nvidia else 256, tile_v)
+    tiles_per_chunk = cdiv(num_tiles, chunks)
     return SamplingLaunch(requests=1, warps=target.warps(threads), tile_v=tile_v, sub=sub, num_tiles=num_tiles,
-                          tiles_per_chunk=cdiv(num_tiles, chunks), read_ahead=nvidia, scalar_reduce=True,
-                          strided_maxnreg=SAMPLING_STRIDED_MAXNREG if nvidia else None)
+                          tiles_per_chunk=tiles_per_chunk, read_ahead=nvidia, scalar_reduce=True,
+                          strided_maxnreg=SAMPLING_STRIDED_MAXNREG if nvidia else None,
+                          derive_residual=nvidia and tiles_per_chunk >= DERIVE_RESIDUAL_FROM_TILES
+                          and _pow2(nodes) <= DERIVE_RESIDUAL_MAX_NODES)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1037,7 +1087,7 @@ def verify_sampling(tree: DraftTree, candidates: torch.Tensor, target_probs: tor
         int(record_as_chain),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), W_PAD=_pow2(width), TILE_V=config.tile_v, SUB=config.sub,
         NB_PAD=config.nb_pad, SPLIT=config.chunks > 1 and not walk_only, **flags, **masks.flags,
-        WALK_ONLY=walk_only, num_warps=config.warps, **options,
+        WALK_ONLY=walk_only, DERIVE_RESIDUAL=config.derive_residual, num_warps=config.warps, **options,
     )
     return out
 
@@ -1222,14 +1272,19 @@ def compile_specs(target: KernelTarget):
         final_values = {"sums_width": sampling.sums_width, "tiles_per_chunk": sampling.tiles_per_chunk}
         final_constexprs = {"TILE_V": sampling.tile_v, "SUB": sampling.sub, "NB_PAD": sampling.nb_pad, "SPLIT": sampling.chunks > 1,
                             "READ_AHEAD": sampling.read_ahead}
+        # NVIDIA launches both residual forms (by tiles per chunk): the masked variants, compiled at one
+        # shape, are compiled in the other form too (the unmasked ones take both across the shapes)
+        residual_forms = ({"DERIVE_RESIDUAL": not sampling.derive_residual},) if target.vendor == "nvidia" else ()
         add(_sampling_walk_kernel,
             {**walk_links, "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64",
              "coins_ptr": "*fp32", "final_coins_ptr": "*fp32", "threshold_single": "fp32", "threshold_acc": "fp32",
              **verdict, "bs": "i32", "nodes": "i32", "num_steps": "i32", "vocab": "i32", **final, **flag, "chain_shift": "i32",
              "BLOCK_R": "constexpr", "N_PAD": "constexpr", "W_PAD": "constexpr", **{name: "constexpr" for name in final_constexprs},
-             "WALK_ONLY": "constexpr"},
-            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), **final_constexprs, "WALK_ONLY": False},
-            sampling.warps, masked=masked, extra=({"WALK_ONLY": True, "SPLIT": False},), strided=sampling.read_flags(False), stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
+             "WALK_ONLY": "constexpr", "DERIVE_RESIDUAL": "constexpr"},
+            {"BLOCK_R": sampling.requests, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1), **final_constexprs, "WALK_ONLY": False,
+             "DERIVE_RESIDUAL": sampling.derive_residual},
+            sampling.warps, masked=masked, extra=({"WALK_ONLY": True, "SPLIT": False},), masked_extra=residual_forms,
+            strided=sampling.read_flags(False), stride_pb=nodes * vocab, stride_pn=vocab, stride_pv=1, bs=bs, nodes=nodes, num_steps=steps,
             vocab=vocab, **final_values, flag_code=_SAMPLING_CODE, chain_shift=0)
         chain_steps = nodes - 1
         # passed_counts (spec_hal.compat.flashinfer's accepted count) at the two masked/production shapes
