@@ -74,7 +74,9 @@ PROBE = textwrap.dedent("""
     rejecting_allowed = torch.rand(rejecting_bs * nodes, vocab, generator=generator) < 0.6
     rejecting_allowed.scatter_(1, rejecting_candidates.repeat_interleave(nodes, dim=0), True)
     rejecting_masks = {"unmasked": {}, "masked": {"token_bitmask": pack_bitmask(rejecting_allowed)}}
-    rejecting = lambda b, **m: b.verify_sampling(rejecting_tree, rejecting_candidates, heavy, rejecting_coins, final_coins[:1].expand(rejecting_bs).contiguous(), **m)
+    rejecting_final_coins = final_coins[:1].expand(rejecting_bs).contiguous()
+    rejecting = lambda b, **m: b.verify_sampling(rejecting_tree, rejecting_candidates, heavy, rejecting_coins, rejecting_final_coins, **m)
+    fields = ("predict", "accept_index", "num_correct", "accept_lens")
     results = {}
     for read_ahead in (True, False):
         kts.tree_sampling_launch = tree_launch_with(read_ahead)
@@ -84,20 +86,20 @@ PROBE = textwrap.dedent("""
             for name, call in (cases.items() if derive_residual else [("tree", cases["tree"])]):
                 for mask_name, mask_args in masks.items():
                     want, got = call(reference, **mask_args), call(kernels, **mask_args)
-                    fields = ("predict", "accept_index", "num_correct", "accept_lens")
                     same = all(torch.equal(getattr(want, f).long(), getattr(got, f).long()) for f in fields)
                     results[f"read_ahead={read_ahead} derive_residual={derive_residual} {name} {mask_name}"] = same
             for mask_name, mask_args in rejecting_masks.items():
                 want, got = rejecting(reference, **mask_args), rejecting(kernels, **mask_args)
                 same = all(torch.equal(getattr(want, f).long(), getattr(got, f).long()) for f in fields)
                 results[f"read_ahead={read_ahead} derive_residual={derive_residual} every child rejected {mask_name}"] = same
-                rejected_everywhere = bool((want.num_correct == 0).all())
-                results[f"read_ahead={read_ahead} derive_residual={derive_residual} every child rejected: no request accepts"] = rejected_everywhere
+                # the case must keep rejecting every root child, or it tests nothing of the residual
+                results[f"read_ahead={read_ahead} derive_residual={derive_residual} {mask_name}: no request accepts"] = bool(
+                    (want.num_correct == 0).all())
     print(json.dumps(results))
 """)
 
 
 def test_read_ahead_and_plain_tile_loops_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=600)
-    assert len(results) == 42
+    assert len(results) == 46
     assert all(results.values()), {case: same for case, same in results.items() if not same}
