@@ -117,55 +117,52 @@ def _masked_keys(ids):
 
 
 @triton.jit
-def _logit_values(raw, cols, in_vocab, row, first_col, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
-                  BLOCK: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_MAP: tl.constexpr,
-                  CONTIGUOUS: tl.constexpr):
+def _allowed_ids(cols, in_vocab, base, constrained, first_col, mask_ptr, map_ptr, mask_width, BLOCK: tl.constexpr, HAS_MAP: tl.constexpr,
+                 CONTIGUOUS: tl.constexpr):
+    """Whether the row's mask (``base``, ``constrained``: masks.mask_row_base) allows each id ``cols``
+    (through the token map: HAS_MAP). CONTIGUOUS: ``cols`` is the tile ``first_col + arange(BLOCK)``,
+    whose mask words load in one piece."""
+    if HAS_MAP:  # the mask is in the target vocabulary
+        tokens = tl.load(map_ptr + cols, mask=in_vocab, other=-1)
+        allowed = token_allowed(mask_ptr, base, constrained, tokens, in_vocab, mask_width)
+    elif CONTIGUOUS:
+        allowed = tile_allowed(mask_ptr, base, constrained, first_col, mask_width, BLOCK)
+    else:
+        allowed = token_allowed(mask_ptr, base, constrained, cols, in_vocab, mask_width)
+    return allowed
+
+
+@triton.jit
+def _logit_values(raw, cols, in_vocab, base, constrained, first_col, mask_ptr, map_ptr, mask_width, BLOCK: tl.constexpr,
+                  HAS_MASK: tl.constexpr, HAS_MAP: tl.constexpr, CONTIGUOUS: tl.constexpr):
     """(float32 values to rank, allowed) of raw logits at ids ``cols``: NaN ranks as -inf, +inf as
-    FLT_MAX, ids past the vocabulary and ids the row's mask does not allow are -inf. CONTIGUOUS:
-    ``cols`` is the tile ``first_col + arange(BLOCK)``, whose mask words load in one piece."""
+    FLT_MAX, ids past the vocabulary and ids the row's mask does not allow are -inf (``_allowed_ids``)."""
     values = raw.to(tl.float32)
     values = tl.where(values != values, float("-inf"), values)
     values = tl.minimum(values, 3.4028234663852886e38)
     values = tl.where(in_vocab, values, float("-inf"))
     allowed = in_vocab
     if HAS_MASK:
-        base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
-        if HAS_MAP:  # the mask is in the target vocabulary
-            tokens = tl.load(map_ptr + cols, mask=in_vocab, other=-1)
-            allowed = token_allowed(mask_ptr, base, constrained, tokens, in_vocab, mask_width)
-        elif CONTIGUOUS:
-            allowed = tile_allowed(mask_ptr, base, constrained, first_col, mask_width, BLOCK)
-        else:
-            allowed = token_allowed(mask_ptr, base, constrained, cols, in_vocab, mask_width)
+        allowed = _allowed_ids(cols, in_vocab, base, constrained, first_col, mask_ptr, map_ptr, mask_width, BLOCK, HAS_MAP, CONTIGUOUS)
         values = tl.where(allowed, values, float("-inf"))
     return values, allowed
 
 
 @triton.jit
-def _sub_tile_orders(values, allowed, in_vocab, BLOCK: tl.constexpr, SUB: tl.constexpr, HAS_MASK: tl.constexpr):
-    """(the ``_ordered`` max of each SUB-wide sub-tile of a tile (BLOCK // SUB,), the tile's max
-    value). With a mask, masked ids count as MASKED_ORDER (below a real -inf, as their keys are)
-    and ids past the vocabulary as PAST_VOCAB_ORDER; without one both are -inf, which ranks a
-    sub-tile holding them by its index, as the selection needs."""
-    if HAS_MASK:
-        order = tl.where(in_vocab, tl.where(allowed, _ordered(values), MASKED_ORDER), PAST_VOCAB_ORDER)
-        sub_orders = tl.max(tl.reshape(order, [BLOCK // SUB, SUB]), axis=1)
-        tile_max = _unordered(tl.maximum(tl.max(sub_orders, axis=0), ORDERED_NEG_INF))
-    else:
-        sub_maxima = tl.max(tl.reshape(values, [BLOCK // SUB, SUB]), axis=1)
-        sub_orders = _ordered(sub_maxima)
-        tile_max = tl.max(sub_maxima, axis=0)
-    return sub_orders, tile_max
+def _masked_sub_orders(values, allowed, in_vocab, BLOCK: tl.constexpr, SUB: tl.constexpr):
+    """The ``_ordered`` max of each SUB-wide sub-tile of a masked tile (BLOCK // SUB,), masked ids
+    counting as MASKED_ORDER (below a real -inf, as their keys are) and ids past the vocabulary as
+    PAST_VOCAB_ORDER."""
+    order = tl.where(in_vocab, tl.where(allowed, _ordered(values), MASKED_ORDER), PAST_VOCAB_ORDER)
+    return tl.max(tl.reshape(order, [BLOCK // SUB, SUB]), axis=1)
 
 
 @triton.jit
-def _picked_allowed(mask_ptr, index_ptr, row, picked, num_masks, mask_width, K_PAD: tl.constexpr, SUB: tl.constexpr,
-                    HAS_INDEX: tl.constexpr):
+def _picked_allowed(mask_ptr, base, constrained, picked, mask_width, K_PAD: tl.constexpr, SUB: tl.constexpr):
     """(K_PAD, SUB) flags: whether the row's mask allows each id of the picked sub-tiles (``picked``:
     sub-tile indices, -1 for none: all allowed, the caller's ``in_vocab`` drops them), from each
     sub-tile's SUB // 32 words in one contiguous load (masks.tile_words at a start per sub-tile; a
     word load per id kept a local frame at k = 16 on sm_90)."""
-    base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
     # The row's scalars broadcast as (K_PAD,) first: the interpreter rejects a load mask made from
     # a 0-d bool; compiled, it folds away.
     lanes_zero = tl.zeros([K_PAD], dtype=tl.int32)
@@ -177,15 +174,37 @@ def _picked_allowed(mask_ptr, index_ptr, row, picked, num_masks, mask_width, K_P
 
 
 @triton.jit
-def _tile_stats(raw, tile, row, in_vocab, sub_order_row, mask_ptr, index_ptr, map_ptr, num_masks, mask_width, BLOCK: tl.constexpr,
-                SUB: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_MAP: tl.constexpr):
+def _tile_stats(raw, tile, in_vocab, sub_order_row, base, constrained, mask_ptr, map_ptr, mask_width, BLOCK: tl.constexpr,
+                SUB: tl.constexpr, HAS_MASK: tl.constexpr, HAS_MAP: tl.constexpr, WHOLE: tl.constexpr):
     """Stores the sub-tile maxima of one tile of raw logits and returns the tile's max ``m`` and
     ``sum exp(x - m)`` (0 for a tile without a finite max). ``in_vocab``: which of the tile's ids
-    are in the vocabulary (a constant for a whole tile, whose selects then fold away)."""
+    are in the vocabulary (WHOLE: all of them, a constant whose selects then fold away)."""
     cols = tile * BLOCK + tl.arange(0, BLOCK)
-    values, allowed = _logit_values(raw, cols, in_vocab, row, tile * BLOCK, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
-                                    BLOCK, HAS_MASK, HAS_INDEX, HAS_MAP, True)
-    sub_orders, tile_max = _sub_tile_orders(values, allowed, in_vocab, BLOCK, SUB, HAS_MASK)
+    values, allowed = _logit_values(raw, cols, in_vocab, base, constrained, tile * BLOCK, mask_ptr, map_ptr, mask_width, BLOCK,
+                                    HAS_MASK, HAS_MAP, True)
+    # Without a mask, ids past the vocabulary count as -inf, which ranks a sub-tile holding them by
+    # its index, as the selection needs.
+    sub_maxima = tl.max(tl.reshape(values, [BLOCK // SUB, SUB]), axis=1)
+    sub_orders = _ordered(sub_maxima)
+    if HAS_MASK:
+        if WHOLE and not HAS_MAP:
+            # Masked ids are -inf in ``values``, so a sub-tile with a finite max has an allowed id of
+            # that value, and its order is that max's, as without a mask. Only a tile with a
+            # sub-tile of no finite allowed value orders each id (four integer operations and an
+            # integer max an id, 1.28x the unmasked pass's instructions on the H200, thirty-eighth
+            # session), with the mask's words loaded again: kept from above, its flags took
+            # registers from every tile.
+            if tl.min(sub_maxima, axis=0) == float("-inf"):
+                allowed = _allowed_ids(cols, in_vocab, base, constrained, tile * BLOCK, mask_ptr, map_ptr, mask_width, BLOCK, HAS_MAP,
+                                       True)
+                sub_orders = _masked_sub_orders(values, allowed, in_vocab, BLOCK, SUB)
+        else:
+            # A row's last tile, whose sub-tiles past the vocabulary have no finite max (the branch
+            # would be taken; with it there ptxas kept an 8 B frame on sm_90, Triton 3.6, and this
+            # costs 24 registers a thread more), and any tile through a token map (a frame on
+            # sm_100, Triton 3.9).
+            sub_orders = _masked_sub_orders(values, allowed, in_vocab, BLOCK, SUB)
+    tile_max = tl.max(sub_maxima, axis=0)
     tl.store(sub_order_row + tile * (BLOCK // SUB) + tl.arange(0, BLOCK // SUB), sub_orders)
     safe_max = tl.where(tile_max == float("-inf"), 0.0, tile_max)
     # exp as exp2 of the log2e-scaled difference: tl.exp's denormal-safe ex2 costs two multiplies
@@ -218,17 +237,20 @@ def _tile_stats_kernel(
 ):
     row = tl.program_id(0)
     tile = tl.program_id(1)
+    # The row's mask row first: its index load is then in flight with the logits' (issued after
+    # them, a row with an index waited on two loads one after the other).
+    base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
     sub_order_row = sub_order_ptr + row.to(tl.int64) * subs_per_row
     cols = tile * BLOCK + tl.arange(0, BLOCK)
     if (tile + 1) * BLOCK <= vocab:  # a whole tile (every one but a row's last): no bound tests
         raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col)
-        tile_max, tile_sum = _tile_stats(raw, tile, row, tl.full([BLOCK], 1, tl.int1), sub_order_row, mask_ptr, index_ptr, map_ptr,
-                                         num_masks, mask_width, BLOCK, SUB, HAS_MASK, HAS_INDEX, HAS_MAP)
+        tile_max, tile_sum = _tile_stats(raw, tile, tl.full([BLOCK], 1, tl.int1), sub_order_row, base, constrained, mask_ptr, map_ptr,
+                                         mask_width, BLOCK, SUB, HAS_MASK, HAS_MAP, True)
     else:
         raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=cols < vocab, other=0.0)
-        tile_max, tile_sum = _tile_stats(raw, tile, row, cols < vocab, sub_order_row, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
-                                         BLOCK, SUB, HAS_MASK, HAS_INDEX, HAS_MAP)
+        tile_max, tile_sum = _tile_stats(raw, tile, cols < vocab, sub_order_row, base, constrained, mask_ptr, map_ptr, mask_width, BLOCK,
+                                         SUB, HAS_MASK, HAS_MAP, False)
     # Stored as their bits: all of the scratch is one int32 allocation (spec_hal.device_buffers.carve).
     slot = row.to(tl.int64) * num_tiles + tile
     tl.store(tile_max_ptr + slot, tile_max.to(tl.int32, bitcast=True))
@@ -320,6 +342,7 @@ def _select_kernel(
 ):
     row = tl.program_id(0)
     row64 = row.to(tl.int64)
+    base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
     tiles = tl.arange(0, TILES_PAD)
     tile_ok = tiles < num_tiles
     tile_max = tl.load(tile_max_ptr + row64 * num_tiles + tiles, mask=tile_ok, other=-8388608).to(tl.float32, bitcast=True)  # -inf
@@ -351,13 +374,13 @@ def _select_kernel(
     in_vocab = (picked[:, None] >= 0) & (cols < vocab)
     raw = tl.load(logits_ptr + row64 * stride_row + cols.to(tl.int64) * stride_col, mask=in_vocab, other=0.0)
     if HAS_MASK and not HAS_MAP and SUB >= 32:
-        values, allowed = _logit_values(raw, cols, in_vocab, row, 0, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
-                                        SUB, False, HAS_INDEX, HAS_MAP, False)
-        allowed = in_vocab & _picked_allowed(mask_ptr, index_ptr, row, picked, num_masks, mask_width, K_PAD, SUB, HAS_INDEX)
+        values, allowed = _logit_values(raw, cols, in_vocab, base, constrained, 0, mask_ptr, map_ptr, mask_width, SUB, False, HAS_MAP,
+                                        False)
+        allowed = in_vocab & _picked_allowed(mask_ptr, base, constrained, picked, mask_width, K_PAD, SUB)
         values = tl.where(allowed, values, float("-inf"))
     else:
-        values, allowed = _logit_values(raw, cols, in_vocab, row, 0, mask_ptr, index_ptr, map_ptr, num_masks, mask_width,
-                                        SUB, HAS_MASK, HAS_INDEX, HAS_MAP, False)
+        values, allowed = _logit_values(raw, cols, in_vocab, base, constrained, 0, mask_ptr, map_ptr, mask_width, SUB, HAS_MASK,
+                                        HAS_MAP, False)
     keys = tl.where(in_vocab, _rank_keys(_ordered(values), cols), EMPTY_KEY)
     if HAS_MASK:
         keys = tl.where(in_vocab & (allowed == 0), _masked_keys(cols), keys)
@@ -394,7 +417,7 @@ class TopkLaunch:
         return self.tiles(vocab) * (self.block // self.sub)
 
 
-MASKED_BLOCK = 2048  # widest tile of a masked launch
+MASKED_BLOCK = 2048  # widest tile of a masked launch but that of float32 logits without a token map on NVIDIA
 # Sub-tiles of SUB_WIDTH ids (fewer in a narrower tile). The selection ranks a row's sub-tile
 # maxima in one tensor of at most MAX_SUBS (compiled clean on all six targets at that size), so
 # rows over 524,288 ids (no known draft vocabulary) take the reference instead.
@@ -408,7 +431,8 @@ def _padded(count: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of (target, ints): computed once per shape
-def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = False, element_size: int = 4) -> TopkLaunch:
+def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = False, element_size: int = 4,
+                  mapped: bool = False) -> TopkLaunch:
     """Tile width, warps and sub-tile width per target; the same for every k. Every program
     reads one tile of one row.
 
@@ -416,7 +440,8 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
     others 4096. AMD runs wave64, so the same 256 threads per program are 4 warps instead of 8.
     The interpreter runs one Python loop per program, so it takes the widest tile, one per row,
     and sub-tiles of 256 ids at most. A masked launch has tiles of at most MASKED_BLOCK (the mask
-    and map loads spill at 16 elements per thread on sm_90).
+    and map loads spill at 16 elements per thread on sm_90), but for float32 logits without a
+    token map (``mapped``) on NVIDIA, below.
 
     Until 2026-11-27 large batches of long rows (from about 132 rows at V 151,936 on the H100)
     gave each program a chunk of 32 or more 2048-id tiles, read one ahead. One 4096-id tile a
@@ -426,14 +451,18 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
     On NVIDIA, 2-byte logits (``element_size``) and masked launches take 128 threads a tile (twice
     the ids a thread): measured on the H200 at bs 64-512, bfloat16 took 0.88-0.93x and masked
     float32 0.85x of its time at 256 threads; unmasked float32 gained 1-7% at V >= 128256 but lost
-    up to 17% at V 32000-32001 (bs 64), so it keeps 256 (BENCHMARKS.md, thirtieth session).
+    up to 17% at V 32000-32001 (bs 64), so it keeps 256 (BENCHMARKS.md, thirtieth session). A
+    masked float32 launch without a token map there takes the unmasked tile (4096 ids from 2 rows
+    of tiles per SM), 32 ids a thread: 0.89-0.99x of its time at 2048 ids with V 151936, about
+    the same (0.98-1.04x) with V 32000; bfloat16 took 0.91-1.08x, so 2-byte logits keep 2048
+    (H200, 64-2048 rows; float64 and AMD not measured; BENCHMARKS.md, thirty-ninth session).
     """
     if target.vendor == "interpreter":
         block = min(max(next_power_of_2(vocab), 16), 65536)
         return TopkLaunch(block=block, tile_warps=1, sub=min(block, SUB_WIDTH))
     block = 2048 if rows * cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
     block = min(block, max(next_power_of_2(vocab), 128))
-    if masked:
+    if masked and (mapped or target.vendor != "nvidia" or element_size != 4):
         block = min(block, MASKED_BLOCK)
     threads = 128 if target.vendor == "nvidia" and (masked or element_size < 4) else 256
     return TopkLaunch(block=block, tile_warps=target.warps(threads), sub=min(block, SUB_WIDTH))
@@ -511,7 +540,7 @@ def draft_topk(
     rows, vocab = logits.shape
     device = logits.device
     has_mask = token_bitmask is not None
-    config = launch_config(target, rows, vocab, has_mask, logits.element_size())
+    config = launch_config(target, rows, vocab, has_mask, logits.element_size(), has_mask and token_map is not None)
     subs_per_row = config.subs_per_row(vocab)
     if subs_per_row > MAX_SUBS:
         from spec_hal.topk import draft_topk as reference
@@ -619,7 +648,7 @@ def compile_specs(target: KernelTarget):
         widest = vocab == MAX_SUBS * SUB_WIDTH  # the most sub-tile maxima the selection ranks
         for logit_type in (_LOGIT_TYPES if rows == 256 else ("fp32",) if widest else ("fp32", "bf16")):
             for masking in (_MASKINGS[:2] if widest else _MASKINGS):
-                config = launch_config(target, rows, vocab, masking[0], _ELEMENT_SIZES[logit_type])
+                config = launch_config(target, rows, vocab, masking[0], _ELEMENT_SIZES[logit_type], masking[2])
                 for specialized in (False, True):
                     key = ("stats", logit_type, config, vocab if specialized else None, masking)
                     specs[key] = _stats_spec(target, logit_type, config, vocab, masking, specialized)

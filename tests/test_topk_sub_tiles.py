@@ -23,7 +23,7 @@ PROBE = textwrap.dedent("""
     import spec_hal.kernels.topk as kt
 
     def launch_with(block, sub):
-        def launch(target, rows, vocab, masked=False, element_size=4):
+        def launch(target, rows, vocab, masked=False, element_size=4, mapped=False):
             return kt.TopkLaunch(block=block, tile_warps=1, sub=sub)
         return launch
 
