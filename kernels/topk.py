@@ -136,7 +136,8 @@ def _allowed_ids(cols, in_vocab, base, constrained, first_col, mask_ptr, map_ptr
 def _logit_values(raw, cols, in_vocab, base, constrained, first_col, mask_ptr, map_ptr, mask_width, BLOCK: tl.constexpr,
                   HAS_MASK: tl.constexpr, HAS_MAP: tl.constexpr, CONTIGUOUS: tl.constexpr):
     """(float32 values to rank, allowed) of raw logits at ids ``cols``: NaN ranks as -inf, +inf as
-    FLT_MAX, ids past the vocabulary and ids the row's mask does not allow are -inf (``_allowed_ids``)."""
+    FLT_MAX, ids past the vocabulary and ids the row's mask (``base``, ``constrained``) does not
+    allow are -inf (``_allowed_ids``)."""
     values = raw.to(tl.float32)
     values = tl.where(values != values, float("-inf"), values)
     values = tl.minimum(values, 3.4028234663852886e38)
