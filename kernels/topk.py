@@ -68,9 +68,8 @@ MASKED_KEY_TOP = tl.constexpr(-9223372036854775807 + 2147483646)
 LOG2E = tl.constexpr(1.4426950408889634)
 
 
-# Orders (``_ordered``) below every real value's (that of -inf is ORDERED_NEG_INF): the max of a
+# Orders (``_ordered``) below every real value's (that of -inf is -2139095041): the max of a
 # sub-tile whose ids are all masked, and of one wholly past the vocabulary.
-ORDERED_NEG_INF = tl.constexpr(-2139095041)
 MASKED_ORDER = tl.constexpr(-2139095042)
 PAST_VOCAB_ORDER = tl.constexpr(-2139095043)
 
