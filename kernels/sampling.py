@@ -12,7 +12,12 @@
   take) in a per-request scratch, where the other 12 bits are searched (``_top_p_in_window``);
   one pass counting the ties at the top-k level tile by tile and, only when the cut splits them,
   one re-read tile where the last tied id kept is found in registers (``_tied_id``); the kept
-  total (8 row passes with top-p alone, up to 16 with both masks, 11 with top-k alone). Every
+  total (8 row passes with top-p alone, up to 16 with both masks, 11 with top-k alone). A row
+  with 0 < top_k <= LIST_TOP_K (64) takes its cuts from a list of its heaviest ids instead
+  (``_listed_cuts``, since the fortieth session): one pass for each lane's max (and the total
+  weight, for top-p), one listing the ids at or above the k-th lane max's level, then the sorted
+  list gives both cuts and the kept total (3 row passes in all); a row whose list overflows
+  (more than LIST_DEPTH ids a lane or LIST_CAP a row) searches as above. Every
   quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or a single
   correctly rounded float operation, so the result is bit-identical to the reference.
 * ``_hash_coins_kernel``: the counter-based coins (``hash(seed, offset, position, purpose)``),
@@ -47,7 +52,7 @@ from spec_hal.types import DraftTree, Verdict
 from . import verify as verify_kernels
 from . import sampling_rows
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .sampling_rows import (FLT_MAX, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, _binding, _distance_levels, _kept_weights,
+from .sampling_rows import (FLT_MAX, ID_BITS, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, _binding, _distance_levels, _kept_weights,
                             _levels, _max_pass, _next_tile, _pass_weights, _probabilities, _raw_tile, _request_params, _sanitized,
                             _uncut, _weights)
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
@@ -69,6 +74,22 @@ COUNT_FIELD_TILES = tl.constexpr(1 << _FIELD_BITS)  # a field holds at most COUN
 COUNT_FIELD_2 = tl.constexpr(1 << _FIELD_BITS)  # one count in the second field
 COUNT_FIELD_3_SHIFT = tl.constexpr(2 * _FIELD_BITS)
 COUNT_FIELD_3 = tl.constexpr(1 << (2 * _FIELD_BITS))  # one count in the third field
+# The listed top-k (_listed_cuts): rows with 0 < top_k <= the launch's LIST_TOP_K (at most
+# LIST_TOP_K_MAX) list their heaviest ids, at most LIST_DEPTH a lane and LIST_CAP a row, instead
+# of searching the levels; a row whose list overflows searches.
+LIST_TOP_K_MAX = 64
+_LIST_DEPTH = 8
+LIST_DEPTH = tl.constexpr(_LIST_DEPTH)  # ids a lane lists
+_LIST_CAP = 128
+LIST_CAP = tl.constexpr(_LIST_CAP)
+LIST_KEY_BITS = tl.constexpr(39)  # a key level * 2^23 + id < 2^16 * 2^23
+# A request's int16 scratch elements beside the lanes' slots (2 * LIST_DEPTH * BLOCK_V): the list's
+# int64 keys and its results (LISTED_*, int64, after them).
+_LIST_SCRATCH = 4 * _LIST_CAP + 12
+LIST_SCRATCH = tl.constexpr(_LIST_SCRATCH)
+LISTED_KEY_CUT = tl.constexpr(0)
+LISTED_LEVEL_CUT = tl.constexpr(1)
+LISTED_TOTAL = tl.constexpr(2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -306,11 +327,167 @@ def _count_digit(logits_ptr, row_offsets, active_k, top_k, cut_k, below_k, shift
 
 
 @triton.jit
+def _kth_smallest_level(levels, rank):
+    """The ``rank``-th smallest (1-based) of (R, L) int32 levels (< 2^16) of (R,) rows: the largest
+    value V with count(levels < V) < rank, decided bit by bit (2^16 - 1 where fewer than ``rank``
+    levels are below it)."""
+    value = tl.zeros_like(rank)
+    for step in range(LEVEL_SEARCH_BITS):
+        candidate = value | ((tl.zeros_like(value) + 1) << (LEVEL_SEARCH_BITS - 1 - step))
+        below = tl.sum((levels < candidate[:, None]).to(tl.int32), axis=1)
+        value = tl.where(below < rank, candidate, value)
+    return value
+
+
+@triton.jit
+def _listed_key(packed, lanes, BLOCK_V: tl.constexpr):
+    """The key level * 2^23 + id of ``_listed_cuts``' slots (level << 16 | tile, int32: the level's
+    top bit may be the sign's) at ``lanes``."""
+    level = (packed >> 16) & 0xFFFF
+    return level.to(tl.int64) * ID_SCALE + ((packed & 0xFFFF) * BLOCK_V + lanes[None, :]).to(tl.int64)
+
+
+@triton.jit
+def _listed_cuts_searched(keys, levels, weights, present, top_k, bound):
+    """(key cut, level cut) of the ``present`` entries of (R, LIST_CAP) listed keys, their levels
+    and weights, by bitwise searches instead of a sort (the interpreter, whose ``tl.sort`` takes
+    seconds a call): top-k's cut is the largest key K with count(keys < K) < k, the k-th key;
+    top-p's the largest level L whose listed weight below it is under the bound, which equals the
+    row's cut where that lies within the list (the list holds every id of the levels it reaches)
+    and lies beyond the list's levels otherwise, keeping all of them, as the row's cut does."""
+    key_cut = tl.zeros_like(bound).to(tl.int64)
+    for step in range(LIST_KEY_BITS):
+        candidate = key_cut | ((tl.zeros_like(key_cut) + 1) << (LIST_KEY_BITS - 1 - step))
+        below = tl.sum((present & (keys < candidate[:, None])).to(tl.int32), axis=1)
+        key_cut = tl.where(below < top_k, candidate, key_cut)
+    level_cut = tl.zeros_like(top_k)
+    for step in range(LEVEL_SEARCH_BITS):
+        candidate = level_cut | ((tl.zeros_like(level_cut) + 1) << (LEVEL_SEARCH_BITS - 1 - step))
+        mass = tl.sum(tl.where(present & (levels < candidate[:, None]), weights, 0), axis=1)
+        level_cut = tl.where(mass.to(tl.float64) < bound, candidate, level_cut)
+    return key_cut, level_cut
+
+
+@triton.jit
+def _listed_cuts(logits_ptr, row_offsets, rows, vocab, stride_col, row_max, scale, top_k, use_top_p, top_p, min_weight, table_ptr,
+                 scratch, row_len, num_blocks, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, LIST_SORT: tl.constexpr):
+    """Whether each of (R,) ``rows`` (whose top-k is at most LIST_TOP_K) got its cuts from a list
+    of its heaviest ids instead of the level search; a listed row's key cut, level cut and kept
+    total are left in its scratch (``_listed_results``), an unlisted row's (its list overflowed)
+    to the search.
+
+    One pass takes each lane's max (and, for top-p, the total weight W); the k-th heaviest of the
+    lanes' maxima has a level L_t at or below which at least k ids lie (one a lane), so top-k's
+    cut level is at most L_t. A second pass lists every id at a level <= L_t in its lane's slots
+    of the row's scratch (``scratch``; an id's tile and level packed in an int32, LIST_DEPTH a
+    lane), then densely as int64 keys level * 2^23 + id (LIST_CAP at most), which are sorted
+    (LIST_SORT; else searched bitwise: ``_listed_cuts_searched``, the same cuts). The list
+    holds every id of every level <= L_t, so within it each id's rank among the keys and the
+    weight of the levels heavier than its own are those of the whole row: top-k's cut is the k-th
+    key, top-p's the deepest listed level whose heavier mass is below top_p * W (a cut below L_t
+    keeps every listed level, as the true cut does, and top-k keeps nothing beyond them), and
+    the kept total is summed over the list. Same integers as the search by construction."""
+    lanes = tl.arange(0, BLOCK_V)
+    lane_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
+    weight_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+    ahead = _raw_tile(logits_ptr, row_offsets, rows, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    if tl.max((rows & use_top_p).to(tl.int32), axis=0) > 0:
+        for k in range(num_blocks):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, rows, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            lane_max = tl.maximum(lane_max, x)
+            weight_lanes += tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr, None), 0)
+    else:
+        for k in range(num_blocks):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, rows, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            lane_max = tl.maximum(lane_max, x)
+    bound = top_p * tl.sum(weight_lanes, axis=1).to(tl.float64)
+    list_level = _kth_smallest_level(_levels(lane_max, row_max, scale, tl.int32), top_k)
+    collecting = rows & (list_level < LEVEL_MAX)  # else (a row of few finite logits) the search
+
+    # Each lane stores its listed ids (packed level and tile, int32) in slots of its own in the
+    # row's scratch, LIST_DEPTH at most; only its count stays in registers. With two slots a lane
+    # in registers, a third id in a lane sent the row to the search (at 1024 lanes and k 50 about
+    # 2.5% of rows, estimated), and one such request keeps its whole launch waiting: H200, bs 256
+    # N 8 V 151936, top-k 50, 1590 us against 915 with these slots (BENCHMARKS.md, fortieth session).
+    slots_ptr = scratch.to(tl.pointer_type(tl.int32))
+    keys_ptr = (scratch + 2 * LIST_DEPTH * BLOCK_V).to(tl.pointer_type(tl.int64))  # past the slots
+    taken = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
+    tl.debug_barrier()  # the scratch's readers of an earlier row are done
+    ahead = _raw_tile(logits_ptr, row_offsets, collecting, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    for k in range(num_blocks):
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, collecting, 0, row_len, k, vocab, stride_col, BLOCK_V)
+        level = _levels(x, row_max, scale, tl.int32)
+        listing = ok & (level <= list_level[:, None])
+        # a level < 2^16, a tile < 2^16 (V <= 2^23, BLOCK_V >= 128): _listed_key
+        tl.store(slots_ptr[:, None] + (taken * BLOCK_V + lanes[None, :]), (level << 16) | k, mask=listing & (taken < LIST_DEPTH))
+        taken += listing.to(tl.int32)
+    listed_count = tl.sum(taken, axis=1)
+    deepest = tl.max(taken, axis=1)
+    listed = collecting & (deepest <= LIST_DEPTH) & (listed_count <= LIST_CAP)
+
+    # The list, dense: lane l's ids at [start_l, start_l + taken_l), slot by slot.
+    start = tl.cumsum(taken, axis=1) - taken
+    tl.debug_barrier()  # the slots are stored before any thread reads them
+    for depth in range(tl.max(tl.where(listed, deepest, 0), axis=0)):
+        holds = listed[:, None] & (depth < taken)
+        packed = tl.load(slots_ptr[:, None] + (depth * BLOCK_V + lanes[None, :]), mask=holds, other=0)
+        tl.store(keys_ptr[:, None] + start + depth, _listed_key(packed, lanes, BLOCK_V), mask=holds)
+    tl.debug_barrier()  # the list is stored before any thread reads it
+
+    entries = tl.arange(0, LIST_CAP)
+    present = listed[:, None] & (entries[None, :] < listed_count[:, None])
+    keys = tl.load(keys_ptr[:, None] + entries[None, :], mask=present, other=KEEP_ALL_KEY)
+    if LIST_SORT:
+        # The listed keys in order (absent entries hold the largest key, so they sort last):
+        # top-k's cut is the k-th, and an entry's exclusive running weight E bounds its level's
+        # heavier mass from above, equal at the level's first entry, so top-p's cut (the
+        # heaviest level whose heavier mass is below the bound) is the deepest level of an entry
+        # with E below the bound.
+        keys = tl.sort(keys, dim=1)
+        levels = (keys >> ID_BITS).to(tl.int32)
+        weights = _weights(levels, table_ptr, present)
+        heavier = tl.cumsum(weights, axis=1) - weights
+        in_top_k = present & (entries[None, :] < top_k[:, None])
+        key_cut = tl.max(tl.where(in_top_k, keys, -1), axis=1)
+        in_top_p = present & (heavier.to(tl.float64) < bound[:, None])
+        level_cut = tl.max(tl.where(in_top_p, levels, -1), axis=1)
+    else:
+        levels = (keys >> ID_BITS).to(tl.int32)
+        weights = _weights(levels, table_ptr, present)
+        key_cut, level_cut = _listed_cuts_searched(keys, levels, weights, present, top_k, bound)
+        in_top_k = present & (keys <= key_cut[:, None])
+    level_cut = tl.where(use_top_p, level_cut, LEVEL_MAX)
+    kept = in_top_k & (levels <= level_cut[:, None]) & (weights >= min_weight[:, None])
+    # The results wait in the scratch while a row whose list overflowed searches: kept in
+    # registers across the search's passes they added to the walk's local frame (sm_90, Triton
+    # 3.6, offline: 72 -> 40 B in one spec).
+    cuts_ptr = keys_ptr + LIST_CAP
+    tl.store(cuts_ptr + LISTED_KEY_CUT, key_cut, mask=rows)
+    tl.store(cuts_ptr + LISTED_LEVEL_CUT, level_cut.to(tl.int64), mask=rows)
+    tl.store(cuts_ptr + LISTED_TOTAL, tl.sum(tl.where(kept, weights, 0), axis=1), mask=rows)
+    return listed
+
+
+@triton.jit
+def _listed_results(scratch, listed, key_cut, level_cut, kept_total, BLOCK_V: tl.constexpr):
+    """(key cut, level cut, kept total) of (R,) rows: ``_listed_cuts``' where it ``listed``
+    (a listed row's scratch holds no top-p window), the given values elsewhere."""
+    cuts_ptr = (scratch + 2 * LIST_DEPTH * BLOCK_V).to(tl.pointer_type(tl.int64)) + LIST_CAP
+    tl.debug_barrier()  # the results are stored before any thread reads them
+    key_cut = tl.where(listed, tl.load(cuts_ptr + LISTED_KEY_CUT, mask=listed, other=0), key_cut)
+    level_cut = tl.where(listed, tl.load(cuts_ptr + LISTED_LEVEL_CUT, mask=listed, other=0), level_cut)
+    kept_total = tl.where(listed, tl.load(cuts_ptr + LISTED_TOTAL, mask=listed, other=0), kept_total)
+    return key_cut, level_cut, kept_total
+
+
+@triton.jit
 def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
                     window_ptr, window_rows, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr,
-                    COUNT_BITS: tl.constexpr, WINDOW_GROUP: tl.constexpr):
+                    COUNT_BITS: tl.constexpr, WINDOW_GROUP: tl.constexpr, LIST_TOP_K: tl.constexpr, LIST_SORT: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
-    top-p level cut, kept total W'). Passes over a row: one for max/argmax(/lse); with top-p on,
+    top-p level cut, kept total W'). A row whose top-k is at most LIST_TOP_K takes the cuts and
+    W' from ``_listed_cuts`` (two passes after the max) unless its list overflows. Otherwise,
+    passes over a row: one for max/argmax(/lse); with top-p on,
     one for the total weight; with top-p or top-k on, the level search (top-p: WINDOW_DEPTH passes,
     then one storing its window, whose search reads the scratch; top-k: 8 passes alone, up to 10
     more beside top-p's) and one tie count (and, when the top-k cut splits a tie, one tile read
@@ -332,6 +509,13 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
     use_top_k = row_ok & (greedy == 0) & (top_k > 0)
     level_cut = tl.full([BLOCK_R], LEVEL_MAX, dtype=tl.int64)
     key_cut = tl.full([BLOCK_R], KEEP_ALL_KEY, dtype=tl.int64)
+    listing = use_top_k & (top_k <= LIST_TOP_K)  # LIST_TOP_K 0: none
+    listed = tl.zeros([BLOCK_R], dtype=tl.int1)
+    if tl.max(listing.to(tl.int32), axis=0) > 0:
+        listed = _listed_cuts(logits_ptr, row_offsets, listing, vocab, stride_col, row_max, scale, top_k, use_top_p, top_p, min_weight,
+                              table_ptr, window_ptr + window_rows, row_len, num_blocks, BLOCK_R, BLOCK_V, LIST_SORT)
+        use_top_p = use_top_p & (listed == 0)
+        use_top_k = use_top_k & (listed == 0)
     if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
         # Every pass sums per lane and reduces once after the row: a sum per tile synchronised
         # the program's warps at every tile (H100: the walk took 0.70-0.74x its time without it).
@@ -413,14 +597,21 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
                                                  stride_col, BLOCK_R, BLOCK_V), id_cut)
         key_cut = tl.where(use_top_k, cut_k * ID_SCALE + id_cut, key_cut)
 
-    # The kept total W'.
-    kept_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
-    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V)
-    uncut = _uncut(row_ok, greedy, key_cut, level_cut, min_weight)
-    for k in range(num_blocks):
-        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
-        kept_lanes += _pass_weights(uncut, x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-    return row_max, argmax, lse, key_cut, level_cut, tl.sum(kept_lanes, axis=1)
+    # The kept total W' (a listed row's is the list's).
+    kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
+    if tl.max(listed.to(tl.int32), axis=0) > 0:
+        key_cut, level_cut, kept_total = _listed_results(window_ptr + window_rows, listed, key_cut, level_cut, kept_total, BLOCK_V)
+    summing = row_ok & (listed == 0)
+    if tl.max(summing.to(tl.int32), axis=0) > 0:
+        kept_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+        ahead = _raw_tile(logits_ptr, row_offsets, summing, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+        uncut = _uncut(summing, greedy, key_cut, level_cut, min_weight)
+        for k in range(num_blocks):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, summing, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            kept_lanes += _pass_weights(uncut, x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight,
+                                        table_ptr)
+        kept_total = tl.where(listed, kept_total, tl.sum(kept_lanes, axis=1))
+    return row_max, argmax, lse, key_cut, level_cut, kept_total
 
 
 @triton.jit
@@ -476,12 +667,15 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
                        flag_ptr, flag_code, chain_shift, window_ptr,
                        BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, NB_PAD: tl.constexpr,
                        PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr, COUNT_BITS: tl.constexpr,
-                       WINDOW_GROUP: tl.constexpr):
+                       WINDOW_GROUP: tl.constexpr, LIST_TOP_K: tl.constexpr, LIST_SORT: tl.constexpr):
     """The from-logits tree walk: each request processes only the rows it stands on (the path
     nodes), at the moment it stands there, then samples its final token from the last one.
     LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1)). COUNT_BITS:
     bits a pass of the top-k cut search once no top-p search is left (fused_count_bits).
-    ``window_ptr``: (bs, cdiv(V, BLOCK_V) * BLOCK_V) int16 scratch of the top-p window search."""
+    LIST_TOP_K: the largest top-k listed rather than searched (``_listed_cuts``; 0: none);
+    LIST_SORT: the list's cuts by a sort (else by bitwise searches: ``fused_list_sort``).
+    ``window_ptr``: (bs, fused_scratch_len) int16 scratch of the top-p window search and the
+    top-k list."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     greedy, scale, top_k, top_p, min_weight = _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value,
@@ -490,7 +684,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
     ok = req_ok[:, None] & (lanes[None, :] < nodes)
     block_base = req.to(tl.int64) * nodes
     node_ids = block_base[:, None] + lanes[None, :]
-    window_rows = req.to(tl.int64) * (tl.cdiv(vocab, BLOCK_V) * BLOCK_V)
+    window_rows = req.to(tl.int64) * tl.maximum(tl.cdiv(vocab, BLOCK_V) * BLOCK_V, 2 * LIST_DEPTH * BLOCK_V + LIST_SCRATCH)  # fused_scratch_len
     cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
     # Error flag, as the walk of verify_sampling records; chain_shift 1 for a chain (its links are
@@ -524,7 +718,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
         row_offsets = node * stride_row
         new_max, new_arg, new_lse, new_key, new_level, new_total = _row_statistics(
             logits_ptr, row_offsets, standing, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
-            window_ptr, window_rows, BLOCK_R, BLOCK_V, LOGPROBS == 1, COUNT_BITS, WINDOW_GROUP)
+            window_ptr, window_rows, BLOCK_R, BLOCK_V, LOGPROBS == 1, COUNT_BITS, WINDOW_GROUP, LIST_TOP_K, LIST_SORT)
         row_max = tl.where(standing, new_max, row_max)
         argmax = tl.where(standing, new_arg, argmax)
         if LOGPROBS == 1:
@@ -730,6 +924,25 @@ def fused_window_group(target: KernelTarget, logprobs_mode: int, unit_stride: bo
 _GROUPED_WINDOW_STORES = Version(triton.__version__).release >= (3, 9)
 
 
+def fused_list_top_k(target: KernelTarget) -> int:
+    """The largest top-k whose cut the fused walk takes from a list of the row's heaviest ids
+    (``_listed_cuts``, the kernel's LIST_TOP_K) rather than the level search."""
+    return LIST_TOP_K_MAX
+
+
+def fused_list_sort(target: KernelTarget) -> bool:
+    """Whether the listed top-k takes its cuts from a sorted list (the kernel's LIST_SORT; every
+    GPU launch, the code the H200 measured) or by bitwise searches over the list (the interpreter:
+    its ``tl.sort`` of 128 keys reduces element by element in Python, seconds a call; the same
+    cuts, tests/test_fused_walk_search.py runs both there)."""
+    return target.vendor != "interpreter"
+
+
+def fused_scratch_len(vocab: int, block_v: int) -> int:
+    """int16 elements of a request's scratch: top-p's window (a row's tiles) or top-k's list."""
+    return max(cdiv(vocab, block_v) * block_v, 2 * _LIST_DEPTH * block_v + _LIST_SCRATCH)
+
+
 def _pow2(count: int) -> int:
     return max(next_power_of_2(max(count, 1)), 2)
 
@@ -858,9 +1071,10 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         accept, final = accept.contiguous(), final.contiguous()
     config = fused_launch(target, bs, nodes, vocab)
     num_blocks = cdiv(vocab, config.block_v)
-    # Top-p's window scratch: 2 bytes an id a request (_top_p_in_window), only when a row may use top-p.
-    may_top_p = torch.is_tensor(top_p) or top_p < 1
-    window = torch.empty((bs, num_blocks * config.block_v) if may_top_p else (1,), dtype=torch.int16, device=device)
+    # Top-p's window scratch (2 bytes an id a request, _top_p_in_window) and top-k's list, only when
+    # a row may use them.
+    may_cut = torch.is_tensor(top_p) or top_p < 1 or torch.is_tensor(top_k) or top_k > 0
+    window = torch.empty((bs, fused_scratch_len(vocab, config.block_v)) if may_cut else (1,), dtype=torch.int16, device=device)
     logprobs_mode = 0 if logprobs is None else semantics.LOGPROB_MODES.index(logprobs) + 1
     _fused_walk_kernel[(cdiv(bs, config.requests),)](
         logits, logits.stride(0), logits.stride(1), vocab, table,
@@ -871,7 +1085,8 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain), window,
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
         PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode, COUNT_BITS=fused_count_bits(target, logprobs_mode, _pow2(nodes)),
-        WINDOW_GROUP=fused_window_group(target, logprobs_mode, logits.stride(1) == 1), num_warps=config.warps,
+        WINDOW_GROUP=fused_window_group(target, logprobs_mode, logits.stride(1) == 1), LIST_TOP_K=fused_list_top_k(target),
+        LIST_SORT=fused_list_sort(target), num_warps=config.warps,
         **fused_options(target, config, logprobs_mode, _pow2(nodes)),
     )
     return out, values
@@ -1016,7 +1231,7 @@ def compile_specs(target: KernelTarget):
         "accept_lens_ptr": "*i32", "logprob_ptr": "*fp32", "bs": "i32", "nodes": "i32", "num_steps": "i32",
         "flag_ptr": "*i64", "flag_code": "i64", "chain_shift": "i32", "window_ptr": "*i16",
         **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS", "COUNT_BITS",
-                                          "WINDOW_GROUP")}}
+                                          "WINDOW_GROUP", "LIST_TOP_K", "LIST_SORT")}}
     for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
         config = fused_launch(target, bs, nodes, vocab)
         shape_constexprs = {"BLOCK_R": config.requests, "BLOCK_V": config.block_v, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1),
@@ -1028,7 +1243,8 @@ def compile_specs(target: KernelTarget):
         for logit_type, hashed, logprobs in variants:
             signature = {"logits_ptr": f"*{logit_type}", **fused_signature}
             constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs,
-                          "COUNT_BITS": fused_count_bits(target, logprobs, _pow2(nodes))}
+                          "COUNT_BITS": fused_count_bits(target, logprobs, _pow2(nodes)), "LIST_TOP_K": fused_list_top_k(target),
+                          "LIST_SORT": fused_list_sort(target)}
             options = fused_options(target, config, logprobs, _pow2(nodes))
             # The generic spec: a strided vocabulary (stride_col an int); the specialised: unit stride.
             specs.append((_fused_walk_kernel, signature, {**constexprs, "WINDOW_GROUP": fused_window_group(target, logprobs, False)},

@@ -17,7 +17,12 @@ The launches take two bits of the top-k search a pass once no top-p search is le
 (``fused_count_bits`` patched to 1, the sm_100 launches with logprobs at 16+ lanes) at 16-id
 tiles; a row of 1025 tiles takes one bit a pass (the two-bit passes' 10-bit counts hold 1023).
 Top-p's window is stored by groups of 4 lanes and a lane at a time (``fused_window_group``
-patched to 4 and 1), or not used (0, the launches that keep the search on the row).
+patched to 4 and 1), or not used (0, the launches that keep the search on the row). Top-k up to 64
+takes its cuts from a list of the row's heaviest ids (``_listed_cuts``; ``fused_list_top_k`` 64)
+in three of the five configurations, and searches in the other two (0): with 16 or 32 lanes a
+top-k above the lanes and the rows of heavy ties overflow the list and search there too. The list's
+cuts are found by bitwise searches here (the interpreter's ``fused_list_sort``); the second test
+takes them from the sorted list, as every GPU launch does.
 
 Each request is one row with no drafts, so its verdict is the final token sampled from the
 processed distribution by its coin; 64 coins spread over [0, 1) per row make the emitted tokens
@@ -89,17 +94,20 @@ PROBE = textwrap.dedent("""
         return launch
     # COUNT_BITS 1: the one-bit search that the launches with a local frame on sm_100 take;
     # WINDOW_GROUP 4 and 1: top-p's window stored by groups of 4 lanes or a lane at a time; 0: the
-    # launches that keep top-p's whole search on the row
-    for block_v, count_bits, group in ((16, 2, 4), (32, 2, 1), (16, 1, 4), (16, 2, 1), (32, 1, 0)):
+    # launches that keep top-p's whole search on the row. LIST_TOP_K 64: top-k up to 64 from the
+    # list of the heaviest ids (_listed_cuts; with 16 or 32 lanes, k above the lanes and rows whose
+    # list overflows search); 0: every top-k searched
+    for block_v, count_bits, group, list_top_k in ((16, 2, 4, 64), (32, 2, 1, 64), (16, 1, 4, 0), (16, 2, 1, 64), (32, 1, 0, 0)):
         sampling_kernels.fused_launch = tiles_of(block_v)
         sampling_kernels.fused_count_bits = lambda target, logprobs_mode, n_pad, bits=count_bits: bits
         sampling_kernels.fused_window_group = lambda target, logprobs_mode, unit_stride, group=group: group
+        sampling_kernels.fused_list_top_k = lambda target, list_top_k=list_top_k: list_top_k
         for name, params in cases.items():
             for dtype in (torch.float32, torch.bfloat16):
                 args = dict(params, coins=torch.zeros(bs, 0), final_coins=final_coins, logprobs="processed")
                 want = reference.verify_chain_sampling_from_logits(no_drafts, None, logits.to(dtype), **args)
                 got = kernels.verify_chain_sampling_from_logits(no_drafts, None, logits.to(dtype), **args)
-                results[f"block_v={block_v} bits={count_bits} group={group} {name} {dtype} final"] = bool(
+                results[f"block_v={block_v} bits={count_bits} group={group} list={list_top_k} {name} {dtype} final"] = bool(
                     torch.equal(want.verdict.predict, got.verdict.predict)
                     and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
             chain_params = {key: (value[::coins_per_row] if torch.is_tensor(value) else value) for key, value in params.items()}
@@ -107,7 +115,7 @@ PROBE = textwrap.dedent("""
             want = reference.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
             got = kernels.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
             same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
-            results[f"block_v={block_v} bits={count_bits} group={group} {name} chain"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
+            results[f"block_v={block_v} bits={count_bits} group={group} list={list_top_k} {name} chain"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
                                                                                      equal_nan=True))
     # 1025 tiles a row: more than the two-bit passes' 10-bit counts hold, so one bit a pass
     sampling_kernels.fused_launch, sampling_kernels.fused_count_bits = tiles_of(16), lambda target, logprobs_mode, n_pad: 2
@@ -126,4 +134,54 @@ PROBE = textwrap.dedent("""
 def test_fused_walk_searches_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
     assert len(results) == 5 * 9 * 3 + 2
+    assert all(results.values()), {case: same for case, same in results.items() if not same}
+
+
+# The listed top-k's cuts from the sorted list (``fused_list_sort`` True: every GPU launch) under
+# the interpreter, whose tl.sort of 128 keys reduces element by element in Python (seconds a
+# call): few requests, so the other test's searched cuts (the interpreter's default) are not the
+# only ones CI checks. Rows: plain, heavy ties, a top-10 of ten tied logits, NaN, every token tied
+# (its list overflows: the search), a lane of 19 ids near the top at 16-id tiles (more than
+# LIST_DEPTH a lane: the search there).
+SORTED_PROBE = textwrap.dedent("""
+    import json, torch
+    import spec_hal
+    import spec_hal.kernels.sampling as sampling_kernels
+
+    reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
+    sampling_kernels.fused_list_sort = lambda target: True
+    generator = torch.Generator().manual_seed(7)
+    rows, vocab, coins_per_row = 6, 300, 3
+    x = torch.randn(rows, vocab, generator=generator) * 2
+    x[1] = torch.randint(0, 4, (vocab,), generator=generator).float()
+    x[2, 100:110] = 9.0
+    x[3, ::5] = float("nan")
+    x[4] = 0.0
+    x[5] = -10.0
+    x[5, 3::16] = 3.0 + 0.01 * torch.arange(19).float()
+    bs = rows * coins_per_row
+    logits = x.repeat_interleave(coins_per_row, dim=0)
+    final_coins = ((torch.arange(coins_per_row) + 0.5) / coins_per_row).repeat(rows)
+    original_launch = sampling_kernels.fused_launch
+    results = {}
+    for block_v in (16, 512):
+        def launch(target, bs, nodes, vocab, block_v=block_v):
+            config = original_launch(target, bs, nodes, vocab)
+            return sampling_kernels.FusedLaunch(config.requests, block_v, 16, config.warps)
+        sampling_kernels.fused_launch = launch
+        for name, params in {"top-k 5": dict(temperature=0.9, top_k=5), "top-k 12 + top-p 0.7": dict(temperature=1.1, top_k=12, top_p=0.7),
+                             "top-k 40 + top-p 0.9 + min-p": dict(temperature=0.7, top_k=40, top_p=0.9, min_p=0.02)}.items():
+            args = dict(params, coins=torch.zeros(bs, 0), final_coins=final_coins, logprobs="processed")
+            no_drafts = torch.zeros(bs, 0, dtype=torch.int64)
+            want = reference.verify_chain_sampling_from_logits(no_drafts, None, logits.to(torch.bfloat16), **args)
+            got = kernels.verify_chain_sampling_from_logits(no_drafts, None, logits.to(torch.bfloat16), **args)
+            results[f"block_v={block_v} {name}"] = bool(torch.equal(want.verdict.predict, got.verdict.predict)
+                                                        and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
+    print(json.dumps(results))
+""")
+
+
+def test_fused_walk_sorted_list_matches_the_reference():
+    results = run_interpreter_probe(SORTED_PROBE, timeout=900)
+    assert len(results) == 2 * 3
     assert all(results.values()), {case: same for case, same in results.items() if not same}
