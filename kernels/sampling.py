@@ -14,9 +14,10 @@
   one re-read tile where the last tied id kept is found in registers (``_tied_id``); the kept
   total (8 row passes with top-p alone, up to 16 with both masks, 11 with top-k alone). A row
   with 0 < top_k <= LIST_TOP_K (64) takes its cuts from a list of its heaviest ids instead
-  (``_listed_cuts``, since the fortieth session): one pass for each lane's max (and the total
-  weight, for top-p), one listing the ids at or above the k-th lane max's level, then the sorted
-  list gives both cuts and the kept total (3 row passes in all); a row whose list overflows
+  (``_listed_cuts``, since the fortieth session): the max pass keeps each lane's max, one pass
+  lists the ids at or above the k-th lane max's level (and sums the total weight, for top-p),
+  and each listed id's rank and running weight give both cuts and the kept total (2 row passes
+  in all, as temperature alone takes); a row whose list overflows
   (more than LIST_DEPTH ids a lane or LIST_CAP a row) searches as above. Every
   quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or a single
   correctly rounded float operation, so the result is bit-identical to the reference.
@@ -82,7 +83,7 @@ _LIST_DEPTH = 8
 LIST_DEPTH = tl.constexpr(_LIST_DEPTH)  # ids a lane lists
 _LIST_CAP = 128
 LIST_CAP = tl.constexpr(_LIST_CAP)
-LIST_KEY_BITS = tl.constexpr(39)  # a key level * 2^23 + id < 2^16 * 2^23
+LIST_STEPS = tl.constexpr(4)  # listed entries compared with all a loop step (_listed_cuts)
 # A request's int16 scratch elements beside the lanes' slots (2 * LIST_DEPTH * BLOCK_V): the list's
 # int64 keys and its results (LISTED_*, int64, after them).
 _LIST_SCRATCH = 4 * _LIST_CAP + 12
@@ -348,59 +349,35 @@ def _listed_key(packed, lanes, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _listed_cuts_searched(keys, levels, weights, present, top_k, bound):
-    """(key cut, level cut) of the ``present`` entries of (R, LIST_CAP) listed keys, their levels
-    and weights, by bitwise searches instead of a sort (the interpreter, whose ``tl.sort`` takes
-    seconds a call): top-k's cut is the largest key K with count(keys < K) < k, the k-th key;
-    top-p's the largest level L whose listed weight below it is under the bound, which equals the
-    row's cut where that lies within the list (the list holds every id of the levels it reaches)
-    and lies beyond the list's levels otherwise, keeping all of them, as the row's cut does."""
-    key_cut = tl.zeros_like(bound).to(tl.int64)
-    for step in range(LIST_KEY_BITS):
-        candidate = key_cut | ((tl.zeros_like(key_cut) + 1) << (LIST_KEY_BITS - 1 - step))
-        below = tl.sum((present & (keys < candidate[:, None])).to(tl.int32), axis=1)
-        key_cut = tl.where(below < top_k, candidate, key_cut)
-    level_cut = tl.zeros_like(top_k)
-    for step in range(LEVEL_SEARCH_BITS):
-        candidate = level_cut | ((tl.zeros_like(level_cut) + 1) << (LEVEL_SEARCH_BITS - 1 - step))
-        mass = tl.sum(tl.where(present & (levels < candidate[:, None]), weights, 0), axis=1)
-        level_cut = tl.where(mass.to(tl.float64) < bound, candidate, level_cut)
-    return key_cut, level_cut
+def _list_tile(slots_ptr, level, ok, list_level, taken, lanes, tile, BLOCK_V: tl.constexpr):
+    """One tile of ``_listed_cuts``' listing pass: each lane's ids at a level <= ``list_level``
+    stored in its next slot (LIST_DEPTH a lane; a level < 2^16 and a tile < 2^16 packed as
+    level << 16 | tile, since V <= 2^23 and BLOCK_V >= 128: ``_listed_key``); the lanes' new
+    counts ``taken`` (past LIST_DEPTH: the row overflows)."""
+    listing = ok & (level <= list_level[:, None])
+    tl.store(slots_ptr[:, None] + (taken * BLOCK_V + lanes[None, :]), (level << 16) | tile, mask=listing & (taken < LIST_DEPTH))
+    return taken + listing.to(tl.int32)
 
 
 @triton.jit
-def _listed_cuts(logits_ptr, row_offsets, rows, vocab, stride_col, row_max, scale, top_k, use_top_p, top_p, min_weight, table_ptr,
-                 scratch, row_len, num_blocks, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, LIST_SORT: tl.constexpr):
+def _listed_cuts(logits_ptr, row_offsets, rows, vocab, stride_col, row_max, lane_max, scale, top_k, use_top_p, top_p, min_weight,
+                 table_ptr, scratch, row_len, num_blocks, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
     """Whether each of (R,) ``rows`` (whose top-k is at most LIST_TOP_K) got its cuts from a list
     of its heaviest ids instead of the level search; a listed row's key cut, level cut and kept
     total are left in its scratch (``_listed_results``), an unlisted row's (its list overflowed)
-    to the search.
+    to the search. ``lane_max`` (R, BLOCK_V): each lane's max, from the max pass.
 
-    One pass takes each lane's max (and, for top-p, the total weight W); the k-th heaviest of the
-    lanes' maxima has a level L_t at or below which at least k ids lie (one a lane), so top-k's
-    cut level is at most L_t. A second pass lists every id at a level <= L_t in its lane's slots
-    of the row's scratch (``scratch``; an id's tile and level packed in an int32, LIST_DEPTH a
-    lane), then densely as int64 keys level * 2^23 + id (LIST_CAP at most), which are sorted
-    (LIST_SORT; else searched bitwise: ``_listed_cuts_searched``, the same cuts). The list
-    holds every id of every level <= L_t, so within it each id's rank among the keys and the
-    weight of the levels heavier than its own are those of the whole row: top-k's cut is the k-th
-    key, top-p's the deepest listed level whose heavier mass is below top_p * W (a cut below L_t
-    keeps every listed level, as the true cut does, and top-k keeps nothing beyond them), and
-    the kept total is summed over the list. Same integers as the search by construction."""
+    The k-th heaviest of the lanes' maxima has a level L_t at or below which at least k ids lie
+    (one a lane), so top-k's cut level is at most L_t. One pass lists every id at a level <= L_t
+    (and, for top-p, sums the total weight W) in its lane's slots of the row's scratch
+    (``scratch``; an id's tile and level packed in an int32, LIST_DEPTH a lane), then densely as
+    int64 keys level * 2^23 + id (LIST_CAP at most). The list holds every id of every level
+    <= L_t, so within it each id's rank among the keys and the weight of the levels heavier than
+    its own are those of the whole row: top-k's cut is the key of rank k - 1, top-p's the deepest
+    listed level whose heavier mass is below top_p * W (a cut below L_t keeps every listed level,
+    as the true cut does, and top-k keeps nothing beyond them), and the kept total is summed over
+    the list. Same integers as the search by construction."""
     lanes = tl.arange(0, BLOCK_V)
-    lane_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
-    weight_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
-    ahead = _raw_tile(logits_ptr, row_offsets, rows, 0, row_len, 0, vocab, stride_col, BLOCK_V)
-    if tl.max((rows & use_top_p).to(tl.int32), axis=0) > 0:
-        for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, rows, 0, row_len, k, vocab, stride_col, BLOCK_V)
-            lane_max = tl.maximum(lane_max, x)
-            weight_lanes += tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr, None), 0)
-    else:
-        for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, rows, 0, row_len, k, vocab, stride_col, BLOCK_V)
-            lane_max = tl.maximum(lane_max, x)
-    bound = top_p * tl.sum(weight_lanes, axis=1).to(tl.float64)
     list_level = _kth_smallest_level(_levels(lane_max, row_max, scale, tl.int32), top_k)
     collecting = rows & (list_level < LEVEL_MAX)  # else (a row of few finite logits) the search
 
@@ -412,15 +389,20 @@ def _listed_cuts(logits_ptr, row_offsets, rows, vocab, stride_col, row_max, scal
     slots_ptr = scratch.to(tl.pointer_type(tl.int32))
     keys_ptr = (scratch + 2 * LIST_DEPTH * BLOCK_V).to(tl.pointer_type(tl.int64))  # past the slots
     taken = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
+    weight_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)  # W, for top-p
     tl.debug_barrier()  # the scratch's readers of an earlier row are done
     ahead = _raw_tile(logits_ptr, row_offsets, collecting, 0, row_len, 0, vocab, stride_col, BLOCK_V)
-    for k in range(num_blocks):
-        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, collecting, 0, row_len, k, vocab, stride_col, BLOCK_V)
-        level = _levels(x, row_max, scale, tl.int32)
-        listing = ok & (level <= list_level[:, None])
-        # a level < 2^16, a tile < 2^16 (V <= 2^23, BLOCK_V >= 128): _listed_key
-        tl.store(slots_ptr[:, None] + (taken * BLOCK_V + lanes[None, :]), (level << 16) | k, mask=listing & (taken < LIST_DEPTH))
-        taken += listing.to(tl.int32)
+    if tl.max((collecting & use_top_p).to(tl.int32), axis=0) > 0:
+        for k in range(num_blocks):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, collecting, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            level = _levels(x, row_max, scale, tl.int32)
+            taken = _list_tile(slots_ptr, level, ok, list_level, taken, lanes, k, BLOCK_V)
+            weight_lanes += tl.where(ok, _weights(level, table_ptr, None), 0)
+    else:
+        for k in range(num_blocks):
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, collecting, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            taken = _list_tile(slots_ptr, _levels(x, row_max, scale, tl.int32), ok, list_level, taken, lanes, k, BLOCK_V)
+    bound = top_p * tl.sum(weight_lanes, axis=1).to(tl.float64)
     listed_count = tl.sum(taken, axis=1)
     deepest = tl.max(taken, axis=1)
     listed = collecting & (deepest <= LIST_DEPTH) & (listed_count <= LIST_CAP)
@@ -437,25 +419,30 @@ def _listed_cuts(logits_ptr, row_offsets, rows, vocab, stride_col, row_max, scal
     entries = tl.arange(0, LIST_CAP)
     present = listed[:, None] & (entries[None, :] < listed_count[:, None])
     keys = tl.load(keys_ptr[:, None] + entries[None, :], mask=present, other=KEEP_ALL_KEY)
-    if LIST_SORT:
-        # The listed keys in order (absent entries hold the largest key, so they sort last):
-        # top-k's cut is the k-th, and an entry's exclusive running weight E bounds its level's
-        # heavier mass from above, equal at the level's first entry, so top-p's cut (the
-        # heaviest level whose heavier mass is below the bound) is the deepest level of an entry
-        # with E below the bound.
-        keys = tl.sort(keys, dim=1)
-        levels = (keys >> ID_BITS).to(tl.int32)
-        weights = _weights(levels, table_ptr, present)
-        heavier = tl.cumsum(weights, axis=1) - weights
-        in_top_k = present & (entries[None, :] < top_k[:, None])
-        key_cut = tl.max(tl.where(in_top_k, keys, -1), axis=1)
-        in_top_p = present & (heavier.to(tl.float64) < bound[:, None])
-        level_cut = tl.max(tl.where(in_top_p, levels, -1), axis=1)
-    else:
-        levels = (keys >> ID_BITS).to(tl.int32)
-        weights = _weights(levels, table_ptr, present)
-        key_cut, level_cut = _listed_cuts_searched(keys, levels, weights, present, top_k, bound)
-        in_top_k = present & (keys <= key_cut[:, None])
+    levels = (keys >> ID_BITS).to(tl.int32)
+    weights = _weights(levels, table_ptr, present)
+    # Each entry's rank among the listed keys and the weight of the entries before it in key
+    # order (an entry's running weight E: it bounds its level's heavier mass from above and
+    # equals it at the level's first entry), the entries read back LIST_STEPS at a time against
+    # all: top-k keeps the entries of rank < k, top-p's cut (the heaviest level whose heavier mass
+    # is below the bound) is the deepest level of an entry with E below the bound. H200: the op
+    # took 0.90-1.02x its time with a tl.sort of the keys and a running sum of their weights
+    # instead, and the interpreter runs tl.sort element by element in Python, seconds a call
+    # (BENCHMARKS.md, forty-first session).
+    rank = tl.zeros([BLOCK_R, LIST_CAP], dtype=tl.int32)
+    heavier = tl.zeros([BLOCK_R, LIST_CAP], dtype=tl.int64)
+    for chunk in range(tl.cdiv(tl.max(tl.where(listed, listed_count, 0), axis=0), LIST_STEPS)):
+        for step in tl.static_range(LIST_STEPS):
+            other = chunk * LIST_STEPS + step
+            other_present = listed & (other < listed_count)
+            other_key = tl.load(keys_ptr + other, mask=other_present, other=KEEP_ALL_KEY)
+            before = other_key[:, None] < keys
+            rank += before.to(tl.int32)
+            heavier += tl.where(before, _weights((other_key >> ID_BITS).to(tl.int32), table_ptr, other_present)[:, None], 0)
+    in_top_k = present & (rank < top_k[:, None])
+    key_cut = tl.max(tl.where(in_top_k, keys, -1), axis=1)
+    in_top_p = present & (heavier.to(tl.float64) < bound[:, None])
+    level_cut = tl.max(tl.where(in_top_p, levels, -1), axis=1)
     level_cut = tl.where(use_top_p, level_cut, LEVEL_MAX)
     kept = in_top_k & (levels <= level_cut[:, None]) & (weights >= min_weight[:, None])
     # The results wait in the scratch while a row whose list overflowed searches: kept in
@@ -483,10 +470,11 @@ def _listed_results(scratch, listed, key_cut, level_cut, kept_total, BLOCK_V: tl
 @triton.jit
 def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
                     window_ptr, window_rows, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr,
-                    COUNT_BITS: tl.constexpr, WINDOW_GROUP: tl.constexpr, LIST_TOP_K: tl.constexpr, LIST_SORT: tl.constexpr):
+                    COUNT_BITS: tl.constexpr, WINDOW_GROUP: tl.constexpr, LIST_TOP_K: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
     top-p level cut, kept total W'). A row whose top-k is at most LIST_TOP_K takes the cuts and
-    W' from ``_listed_cuts`` (two passes after the max) unless its list overflows. Otherwise,
+    W' from ``_listed_cuts`` (one pass after the max, which keeps the lanes' maxima for it) unless
+    its list overflows. Otherwise,
     passes over a row: one for max/argmax(/lse); with top-p on,
     one for the total weight; with top-p or top-k on, the level search (top-p: WINDOW_DEPTH passes,
     then one storing its window, whose search reads the scratch; top-k: 8 passes alone, up to 10
@@ -499,7 +487,8 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
     # V 151936, 1.00x at V 32000; BENCHMARKS.md, twenty-second session).
     row_len = num_blocks * BLOCK_V
     # Pass 1: max, argmax (lowest id of the max) and, for raw logprobs, the online log-sum-exp.
-    row_max, argmax, sum_exp = _max_pass(logits_ptr, row_offsets, row_ok, 0, row_len, vocab, stride_col, BLOCK_R, BLOCK_V, WANT_LSE)
+    row_max, argmax, sum_exp, lane_max = _max_pass(logits_ptr, row_offsets, row_ok, 0, row_len, vocab, stride_col, BLOCK_R, BLOCK_V,
+                                                   WANT_LSE)
     lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
 
     # The cuts, by bitwise searches for the largest level L whose (monotone) predicate holds:
@@ -512,8 +501,8 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
     listing = use_top_k & (top_k <= LIST_TOP_K)  # LIST_TOP_K 0: none
     listed = tl.zeros([BLOCK_R], dtype=tl.int1)
     if tl.max(listing.to(tl.int32), axis=0) > 0:
-        listed = _listed_cuts(logits_ptr, row_offsets, listing, vocab, stride_col, row_max, scale, top_k, use_top_p, top_p, min_weight,
-                              table_ptr, window_ptr + window_rows, row_len, num_blocks, BLOCK_R, BLOCK_V, LIST_SORT)
+        listed = _listed_cuts(logits_ptr, row_offsets, listing, vocab, stride_col, row_max, lane_max, scale, top_k, use_top_p, top_p,
+                              min_weight, table_ptr, window_ptr + window_rows, row_len, num_blocks, BLOCK_R, BLOCK_V)
         use_top_p = use_top_p & (listed == 0)
         use_top_k = use_top_k & (listed == 0)
     if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
@@ -667,13 +656,12 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
                        flag_ptr, flag_code, chain_shift, window_ptr,
                        BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, NB_PAD: tl.constexpr,
                        PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr, COUNT_BITS: tl.constexpr,
-                       WINDOW_GROUP: tl.constexpr, LIST_TOP_K: tl.constexpr, LIST_SORT: tl.constexpr):
+                       WINDOW_GROUP: tl.constexpr, LIST_TOP_K: tl.constexpr):
     """The from-logits tree walk: each request processes only the rows it stands on (the path
     nodes), at the moment it stands there, then samples its final token from the last one.
     LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1)). COUNT_BITS:
     bits a pass of the top-k cut search once no top-p search is left (fused_count_bits).
-    LIST_TOP_K: the largest top-k listed rather than searched (``_listed_cuts``; 0: none);
-    LIST_SORT: the list's cuts by a sort (else by bitwise searches: ``fused_list_sort``).
+    LIST_TOP_K: the largest top-k listed rather than searched (``_listed_cuts``; 0: none).
     ``window_ptr``: (bs, fused_scratch_len) int16 scratch of the top-p window search and the
     top-k list."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -718,7 +706,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
         row_offsets = node * stride_row
         new_max, new_arg, new_lse, new_key, new_level, new_total = _row_statistics(
             logits_ptr, row_offsets, standing, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
-            window_ptr, window_rows, BLOCK_R, BLOCK_V, LOGPROBS == 1, COUNT_BITS, WINDOW_GROUP, LIST_TOP_K, LIST_SORT)
+            window_ptr, window_rows, BLOCK_R, BLOCK_V, LOGPROBS == 1, COUNT_BITS, WINDOW_GROUP, LIST_TOP_K)
         row_max = tl.where(standing, new_max, row_max)
         argmax = tl.where(standing, new_arg, argmax)
         if LOGPROBS == 1:
@@ -930,14 +918,6 @@ def fused_list_top_k(target: KernelTarget) -> int:
     return LIST_TOP_K_MAX
 
 
-def fused_list_sort(target: KernelTarget) -> bool:
-    """Whether the listed top-k takes its cuts from a sorted list (the kernel's LIST_SORT; every
-    GPU launch, the code the H200 measured) or by bitwise searches over the list (the interpreter:
-    its ``tl.sort`` of 128 keys reduces element by element in Python, seconds a call; the same
-    cuts, tests/test_fused_walk_search.py runs both there)."""
-    return target.vendor != "interpreter"
-
-
 def fused_scratch_len(vocab: int, block_v: int) -> int:
     """int16 elements of a request's scratch: top-p's window (a row's tiles) or top-k's list."""
     return max(cdiv(vocab, block_v) * block_v, 2 * _LIST_DEPTH * block_v + _LIST_SCRATCH)
@@ -1086,7 +1066,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
         PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode, COUNT_BITS=fused_count_bits(target, logprobs_mode, _pow2(nodes)),
         WINDOW_GROUP=fused_window_group(target, logprobs_mode, logits.stride(1) == 1), LIST_TOP_K=fused_list_top_k(target),
-        LIST_SORT=fused_list_sort(target), num_warps=config.warps,
+        num_warps=config.warps,
         **fused_options(target, config, logprobs_mode, _pow2(nodes)),
     )
     return out, values
@@ -1231,7 +1211,7 @@ def compile_specs(target: KernelTarget):
         "accept_lens_ptr": "*i32", "logprob_ptr": "*fp32", "bs": "i32", "nodes": "i32", "num_steps": "i32",
         "flag_ptr": "*i64", "flag_code": "i64", "chain_shift": "i32", "window_ptr": "*i16",
         **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS", "COUNT_BITS",
-                                          "WINDOW_GROUP", "LIST_TOP_K", "LIST_SORT")}}
+                                          "WINDOW_GROUP", "LIST_TOP_K")}}
     for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
         config = fused_launch(target, bs, nodes, vocab)
         shape_constexprs = {"BLOCK_R": config.requests, "BLOCK_V": config.block_v, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1),
@@ -1243,8 +1223,7 @@ def compile_specs(target: KernelTarget):
         for logit_type, hashed, logprobs in variants:
             signature = {"logits_ptr": f"*{logit_type}", **fused_signature}
             constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs,
-                          "COUNT_BITS": fused_count_bits(target, logprobs, _pow2(nodes)), "LIST_TOP_K": fused_list_top_k(target),
-                          "LIST_SORT": fused_list_sort(target)}
+                          "COUNT_BITS": fused_count_bits(target, logprobs, _pow2(nodes)), "LIST_TOP_K": fused_list_top_k(target)}
             options = fused_options(target, config, logprobs, _pow2(nodes))
             # The generic spec: a strided vocabulary (stride_col an int); the specialised: unit stride.
             specs.append((_fused_walk_kernel, signature, {**constexprs, "WINDOW_GROUP": fused_window_group(target, logprobs, False)},

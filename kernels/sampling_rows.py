@@ -315,25 +315,27 @@ def _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, v
 @triton.jit
 def _max_pass(logits_ptr, row_offsets, row_ok, chunk, chunk_len, vocab, stride_col, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
               WANT_LSE: tl.constexpr):
-    """(max, lowest argmax, sum of exp(x - max) (WANT_LSE; else 0)) of chunk ``chunk`` of (R,)
-    rows (the fused walk: a whole row as chunk 0): the online pass with the log-sum-exp, else
-    per-lane maxima reduced once (``_lane_max``)."""
+    """(max, lowest argmax, sum of exp(x - max) (WANT_LSE; else 0), each lane's max (R, BLOCK_V))
+    of chunk ``chunk`` of (R,) rows (the fused walk: a whole row as chunk 0; its listed top-k
+    takes the lanes' maxima, callers that do not use them compile without them): the online pass
+    with the log-sum-exp, else per-lane maxima reduced once (``_lane_max``)."""
     run_max = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
     argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
     sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
+    lane_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
     ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
     if WANT_LSE:
         for tile in range(chunk_len // BLOCK_V):
             cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
             run_max, argmax, sum_exp = _online_max(x, cols, ok, run_max, argmax, sum_exp)
+            lane_max = tl.maximum(lane_max, x)
     else:
-        lane_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
         lane_arg = tl.full([BLOCK_R, BLOCK_V], NO_ID, dtype=tl.int32)
         for tile in range(chunk_len // BLOCK_V):
             cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
             lane_max, lane_arg = _lane_max(x, cols[None, :], ok, lane_max, lane_arg)
         run_max, argmax = _lanes_max(lane_max, lane_arg)
-    return run_max, argmax, sum_exp
+    return run_max, argmax, sum_exp, lane_max
 
 
 @triton.jit
@@ -474,7 +476,8 @@ def _chunk_max_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len
     chunk = tl.program_id(0)
     row, row_ok = _row_block(1, rows, BLOCK_R)
     row_offsets = row.to(tl.int64) * stride_row
-    chunk_max, argmax, sum_exp = _max_pass(logits_ptr, row_offsets, row_ok, chunk, chunk_len, vocab, stride_col, BLOCK_R, BLOCK_V, WANT_LSE)
+    chunk_max, argmax, sum_exp, _ = _max_pass(logits_ptr, row_offsets, row_ok, chunk, chunk_len, vocab, stride_col, BLOCK_R, BLOCK_V,
+                                              WANT_LSE)
     offsets = row.to(tl.int64) * chunks + chunk
     tl.store(max_ptr + offsets, chunk_max, mask=row_ok)
     tl.store(arg_ptr + offsets, argmax, mask=row_ok)

@@ -20,9 +20,8 @@ Top-p's window is stored by groups of 4 lanes and a lane at a time (``fused_wind
 patched to 4 and 1), or not used (0, the launches that keep the search on the row). Top-k up to 64
 takes its cuts from a list of the row's heaviest ids (``_listed_cuts``; ``fused_list_top_k`` 64)
 in three of the five configurations, and searches in the other two (0): with 16 or 32 lanes a
-top-k above the lanes and the rows of heavy ties overflow the list and search there too. The list's
-cuts are found by bitwise searches here (the interpreter's ``fused_list_sort``); the second test
-takes them from the sorted list, as every GPU launch does.
+top-k above the lanes and the rows of heavy ties overflow the list and search there too. The second
+test takes rows chosen for the list at 16- and 512-id tiles.
 
 Each request is one row with no drafts, so its verdict is the final token sampled from the
 processed distribution by its coin; 64 coins spread over [0, 1) per row make the emitted tokens
@@ -137,19 +136,16 @@ def test_fused_walk_searches_match_the_reference():
     assert all(results.values()), {case: same for case, same in results.items() if not same}
 
 
-# The listed top-k's cuts from the sorted list (``fused_list_sort`` True: every GPU launch) under
-# the interpreter, whose tl.sort of 128 keys reduces element by element in Python (seconds a
-# call): few requests, so the other test's searched cuts (the interpreter's default) are not the
-# only ones CI checks. Rows: plain, heavy ties, a top-10 of ten tied logits, NaN, every token tied
-# (its list overflows: the search), a lane of 19 ids near the top at 16-id tiles (more than
-# LIST_DEPTH a lane: the search there).
-SORTED_PROBE = textwrap.dedent("""
+# The listed top-k (``_listed_cuts``) on rows chosen for it, at 16- and 512-id tiles: plain, heavy
+# ties, a top-10 of ten tied logits, NaN, every token tied (its list overflows: the search), a lane
+# of 19 ids near the top at 16-id tiles (more than LIST_DEPTH a lane: the search there); top-p
+# 0.3 beside top-k 60 cuts inside the list (a running weight that counts its own entry fails it).
+LIST_PROBE = textwrap.dedent("""
     import json, torch
     import spec_hal
     import spec_hal.kernels.sampling as sampling_kernels
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
-    sampling_kernels.fused_list_sort = lambda target: True
     generator = torch.Generator().manual_seed(7)
     rows, vocab, coins_per_row = 6, 300, 3
     x = torch.randn(rows, vocab, generator=generator) * 2
@@ -170,7 +166,8 @@ SORTED_PROBE = textwrap.dedent("""
             return sampling_kernels.FusedLaunch(config.requests, block_v, 16, config.warps)
         sampling_kernels.fused_launch = launch
         for name, params in {"top-k 5": dict(temperature=0.9, top_k=5), "top-k 12 + top-p 0.7": dict(temperature=1.1, top_k=12, top_p=0.7),
-                             "top-k 40 + top-p 0.9 + min-p": dict(temperature=0.7, top_k=40, top_p=0.9, min_p=0.02)}.items():
+                             "top-k 40 + top-p 0.9 + min-p": dict(temperature=0.7, top_k=40, top_p=0.9, min_p=0.02),
+                             "top-k 60 + top-p 0.3": dict(temperature=1.3, top_k=60, top_p=0.3)}.items():
             args = dict(params, coins=torch.zeros(bs, 0), final_coins=final_coins, logprobs="processed")
             no_drafts = torch.zeros(bs, 0, dtype=torch.int64)
             want = reference.verify_chain_sampling_from_logits(no_drafts, None, logits.to(torch.bfloat16), **args)
@@ -181,7 +178,7 @@ SORTED_PROBE = textwrap.dedent("""
 """)
 
 
-def test_fused_walk_sorted_list_matches_the_reference():
-    results = run_interpreter_probe(SORTED_PROBE, timeout=900)
-    assert len(results) == 2 * 3
+def test_fused_walk_list_matches_the_reference():
+    results = run_interpreter_probe(LIST_PROBE, timeout=900)
+    assert len(results) == 2 * 4
     assert all(results.values()), {case: same for case, same in results.items() if not same}
