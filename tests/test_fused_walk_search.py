@@ -17,8 +17,8 @@ The launches take two bits of the top-k search a pass once no top-p search is le
 (``fused_count_bits`` patched to 1, the sm_100 launches with logprobs at 16+ lanes) at 16-id
 tiles; a row of 1025 tiles takes one bit a pass (the two-bit passes' 10-bit counts hold 1023).
 Top-p's window is stored by groups of 4 lanes and a lane at a time (``fused_window_group``
-patched to 4 and 1), or not used (0, the launches that keep the search on the row). Top-k up to 64
-takes its cuts from a list of the row's heaviest ids (``_listed_cuts``; ``fused_list_top_k`` 64)
+patched to 4 and 1), or not used (0, the launches that keep the search on the row). Top-k up to 128
+takes its cuts from a list of the row's heaviest ids (``_listed_cuts``; ``fused_list_top_k`` 128)
 in three of the five configurations, and searches in the other two (0): with 16 or 32 lanes a
 top-k above the lanes and the rows of heavy ties overflow the list and search there too. The second
 test takes rows chosen for the list at 16- and 512-id tiles.
@@ -93,10 +93,10 @@ PROBE = textwrap.dedent("""
         return launch
     # COUNT_BITS 1: the one-bit search that the launches with a local frame on sm_100 take;
     # WINDOW_GROUP 4 and 1: top-p's window stored by groups of 4 lanes or a lane at a time; 0: the
-    # launches that keep top-p's whole search on the row. LIST_TOP_K 64: top-k up to 64 from the
+    # launches that keep top-p's whole search on the row. LIST_TOP_K 128: top-k up to 128 from the
     # list of the heaviest ids (_listed_cuts; with 16 or 32 lanes, k above the lanes and rows whose
     # list overflows search); 0: every top-k searched
-    for block_v, count_bits, group, list_top_k in ((16, 2, 4, 64), (32, 2, 1, 64), (16, 1, 4, 0), (16, 2, 1, 64), (32, 1, 0, 0)):
+    for block_v, count_bits, group, list_top_k in ((16, 2, 4, 128), (32, 2, 1, 128), (16, 1, 4, 0), (16, 2, 1, 128), (32, 1, 0, 0)):
         sampling_kernels.fused_launch = tiles_of(block_v)
         sampling_kernels.fused_count_bits = lambda target, logprobs_mode, n_pad, bits=count_bits: bits
         sampling_kernels.fused_window_group = lambda target, logprobs_mode, unit_stride, group=group: group
@@ -139,7 +139,8 @@ def test_fused_walk_searches_match_the_reference():
 # The listed top-k (``_listed_cuts``) on rows chosen for it, at 16- and 512-id tiles: plain, heavy
 # ties, a top-10 of ten tied logits, NaN, every token tied (its list overflows: the search), a lane
 # of 19 ids near the top at 16-id tiles (more than LIST_DEPTH a lane: the search there); top-p
-# 0.3 beside top-k 60 cuts inside the list (a running weight that counts its own entry fails it).
+# 0.3 beside top-k 60 cuts inside the list (a running weight that counts its own entry fails it);
+# top-k 100 and 128 list more than the 16-id tiles' lanes (the search there), up to LIST_CAP at 512.
 LIST_PROBE = textwrap.dedent("""
     import json, torch
     import spec_hal
@@ -167,7 +168,9 @@ LIST_PROBE = textwrap.dedent("""
         sampling_kernels.fused_launch = launch
         for name, params in {"top-k 5": dict(temperature=0.9, top_k=5), "top-k 12 + top-p 0.7": dict(temperature=1.1, top_k=12, top_p=0.7),
                              "top-k 40 + top-p 0.9 + min-p": dict(temperature=0.7, top_k=40, top_p=0.9, min_p=0.02),
-                             "top-k 60 + top-p 0.3": dict(temperature=1.3, top_k=60, top_p=0.3)}.items():
+                             "top-k 60 + top-p 0.3": dict(temperature=1.3, top_k=60, top_p=0.3),
+                             "top-k 100 + top-p 0.95": dict(temperature=1.0, top_k=100, top_p=0.95),
+                             "top-k 128": dict(temperature=0.8, top_k=128)}.items():
             args = dict(params, coins=torch.zeros(bs, 0), final_coins=final_coins, logprobs="processed")
             no_drafts = torch.zeros(bs, 0, dtype=torch.int64)
             want = reference.verify_chain_sampling_from_logits(no_drafts, None, logits.to(torch.bfloat16), **args)
@@ -180,5 +183,5 @@ LIST_PROBE = textwrap.dedent("""
 
 def test_fused_walk_list_matches_the_reference():
     results = run_interpreter_probe(LIST_PROBE, timeout=900)
-    assert len(results) == 2 * 4
+    assert len(results) == 2 * 6
     assert all(results.values()), {case: same for case, same in results.items() if not same}
