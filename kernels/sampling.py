@@ -349,6 +349,13 @@ def _listed_key(packed, lanes, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
+def _list_keys(scratch, BLOCK_V: tl.constexpr):
+    """The int64 keys of a row's list in its int16 ``scratch``: past the lanes' slots (LIST_DEPTH
+    int32 a lane); the results (LISTED_*) follow the LIST_CAP keys."""
+    return (scratch + 2 * LIST_DEPTH * BLOCK_V).to(tl.pointer_type(tl.int64))
+
+
+@triton.jit
 def _list_tile(slots_ptr, level, ok, list_level, taken, lanes, tile, BLOCK_V: tl.constexpr):
     """One tile of ``_listed_cuts``' listing pass: each lane's ids at a level <= ``list_level``
     stored in its next slot (LIST_DEPTH a lane; a level < 2^16 and a tile < 2^16 packed as
@@ -387,7 +394,7 @@ def _listed_cuts(logits_ptr, row_offsets, rows, vocab, stride_col, row_max, lane
     # 2.5% of rows, estimated), and one such request keeps its whole launch waiting: H200, bs 256
     # N 8 V 151936, top-k 50, 1590 us against 915 with these slots (BENCHMARKS.md, fortieth session).
     slots_ptr = scratch.to(tl.pointer_type(tl.int32))
-    keys_ptr = (scratch + 2 * LIST_DEPTH * BLOCK_V).to(tl.pointer_type(tl.int64))  # past the slots
+    keys_ptr = _list_keys(scratch, BLOCK_V)
     taken = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
     weight_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)  # W, for top-p
     tl.debug_barrier()  # the scratch's readers of an earlier row are done
@@ -459,7 +466,7 @@ def _listed_cuts(logits_ptr, row_offsets, rows, vocab, stride_col, row_max, lane
 def _listed_results(scratch, listed, key_cut, level_cut, kept_total, BLOCK_V: tl.constexpr):
     """(key cut, level cut, kept total) of (R,) rows: ``_listed_cuts``' where it ``listed``
     (a listed row's scratch holds no top-p window), the given values elsewhere."""
-    cuts_ptr = (scratch + 2 * LIST_DEPTH * BLOCK_V).to(tl.pointer_type(tl.int64)) + LIST_CAP
+    cuts_ptr = _list_keys(scratch, BLOCK_V) + LIST_CAP
     tl.debug_barrier()  # the results are stored before any thread reads them
     key_cut = tl.where(listed, tl.load(cuts_ptr + LISTED_KEY_CUT, mask=listed, other=0), key_cut)
     level_cut = tl.where(listed, tl.load(cuts_ptr + LISTED_LEVEL_CUT, mask=listed, other=0), level_cut)
