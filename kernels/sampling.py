@@ -27,9 +27,11 @@
   statistics of a row (``_row_statistics``: the passes above, without the probability store)
   only when its walk stands on it, gathers the candidates' logits there for the accept test, and
   samples its final token from per-block sums of the last row's quantised residual kept in
-  registers plus one re-read of the crossing block. The per-request parameters are normalised
-  in the kernel (``_request_params``, exactly ``semantics.row_params``) and the seeded coins
-  hashed there, so a call is one launch. Rows off the path are never read.
+  registers (a block: BLOCK_TILES tiles, summed per lane) plus one re-read of the crossing
+  block, tile by tile up to the crossing tile, which is read in pieces. The per-request
+  parameters are normalised in the kernel (``_request_params``, exactly ``semantics.row_params``)
+  and the seeded coins hashed there, so a call is one launch. Rows off the path are never read.
+  Its row passes load one logit a thread a load (``SCALAR_LOADS``, sampling_rows._raw_tile).
 
 ``BLOCK_R`` rows (requests) share a program: 1 on a GPU; many under the interpreter, so that the statistical
 cases (thousands of rows) stay a few vectorised programs.
@@ -156,16 +158,16 @@ def _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, 
     searching = active_p | active_k
     count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
     mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
-    ahead = _raw_tile(logits_ptr, row_offsets, searching, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    ahead = _raw_tile(logits_ptr, row_offsets, searching, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
     if tl.max(active_p.to(tl.int32), axis=0) > 0:
         for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
             level = _levels(x, row_max, scale)
             mass_lanes += tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr, None), 0)
             count_lanes += tl.where(ok & (level < candidate_k[:, None]), 1, 0)
     else:
         for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
             count_lanes += tl.where(ok & (_levels(x, row_max, scale) < candidate_k[:, None]), 1, 0)
     mass = tl.sum(mass_lanes, axis=1)
     count = tl.sum(count_lanes, axis=1).to(tl.int64)
@@ -216,9 +218,9 @@ def _store_window(logits_ptr, row_offsets, scratch, rows, cut_p, row_len, num_bl
     """``_top_p_in_window``'s scratch, a slot counter a lane. Returns the deepest slot count."""
     lanes = tl.arange(0, BLOCK_V)
     slots = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
-    ahead = _raw_tile(logits_ptr, row_offsets, rows, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    ahead = _raw_tile(logits_ptr, row_offsets, rows, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
     for k in range(num_blocks):
-        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, rows, 0, row_len, k, vocab, stride_col, BLOCK_V)
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, rows, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
         offset = _levels(x, row_max, scale, tl.int32) - cut_p.to(tl.int32)[:, None]
         inside = ok & (offset >= 0) & (offset < WINDOW_SPAN)
         tl.store(scratch[:, None] + (slots * BLOCK_V + lanes[None, :]), offset.to(tl.int16), mask=inside)
@@ -304,13 +306,13 @@ def _count_digit(logits_ptr, row_offsets, active_k, top_k, cut_k, below_k, shift
     # one int32 with the third apart 8 B frames in 2 (sm_100) (Triton 3.9, offline).
     new_k, new_below = cut_k, below_k
     packed = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
-    ahead = _raw_tile(logits_ptr, row_offsets, active_k, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    ahead = _raw_tile(logits_ptr, row_offsets, active_k, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
     two = digit_bits == 2
     never = tl.zeros([BLOCK_R], dtype=tl.int32)  # no level is below 0
     k2 = tl.where(two, k2, never)
     k3 = tl.where(two, k3, never)
     for k in range(num_blocks):
-        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, active_k, 0, row_len, k, vocab, stride_col, BLOCK_V)
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, active_k, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
         level = _levels(x, row_max, scale, tl.int32)
         packed += (tl.where(ok & (level < k1[:, None]), 1, 0) + tl.where(ok & (level < k2[:, None]), COUNT_FIELD_2, 0)
                    + tl.where(ok & (level < k3[:, None]), COUNT_FIELD_3, 0))
@@ -398,16 +400,16 @@ def _listed_cuts(logits_ptr, row_offsets, rows, vocab, stride_col, row_max, lane
     taken = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
     weight_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)  # W, for top-p
     tl.debug_barrier()  # the scratch's readers of an earlier row are done
-    ahead = _raw_tile(logits_ptr, row_offsets, collecting, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    ahead = _raw_tile(logits_ptr, row_offsets, collecting, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
     if tl.max((collecting & use_top_p).to(tl.int32), axis=0) > 0:
         for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, collecting, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, collecting, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
             level = _levels(x, row_max, scale, tl.int32)
             taken = _list_tile(slots_ptr, level, ok, list_level, taken, lanes, k, BLOCK_V)
             weight_lanes += tl.where(ok, _weights(level, table_ptr, None), 0)
     else:
         for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, collecting, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, collecting, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
             taken = _list_tile(slots_ptr, _levels(x, row_max, scale, tl.int32), ok, list_level, taken, lanes, k, BLOCK_V)
     bound = top_p * tl.sum(weight_lanes, axis=1).to(tl.float64)
     listed_count = tl.sum(taken, axis=1)
@@ -495,7 +497,7 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
     row_len = num_blocks * BLOCK_V
     # Pass 1: max, argmax (lowest id of the max) and, for raw logprobs, the online log-sum-exp.
     row_max, argmax, sum_exp, lane_max = _max_pass(logits_ptr, row_offsets, row_ok, 0, row_len, vocab, stride_col, BLOCK_R, BLOCK_V,
-                                                   WANT_LSE)
+                                                   WANT_LSE, SCALAR_LOADS=True)
     lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
 
     # The cuts, by bitwise searches for the largest level L whose (monotone) predicate holds:
@@ -517,9 +519,10 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
         # the program's warps at every tile (H100: the walk took 0.70-0.74x its time without it).
         lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
         if tl.max(use_top_p.to(tl.int32), axis=0) > 0:
-            ahead = _raw_tile(logits_ptr, row_offsets, use_top_p, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+            ahead = _raw_tile(logits_ptr, row_offsets, use_top_p, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
             for k in range(num_blocks):
-                cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, use_top_p, 0, row_len, k, vocab, stride_col, BLOCK_V)
+                cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, use_top_p, 0, row_len, k, vocab, stride_col, BLOCK_V,
+                                                SCALAR_LOADS=True)
                 lanes += tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr, None), 0)
         total = tl.sum(lanes, axis=1)
         bound = top_p * total.to(tl.float64)
@@ -578,9 +581,10 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
         crossing_tile = tl.zeros([BLOCK_R], dtype=tl.int32)
         rank = tl.zeros([BLOCK_R], dtype=tl.int64)  # of the last kept tie among its tile's ties
         if tl.max(active_k.to(tl.int32), axis=0) > 0:
-            ahead = _raw_tile(logits_ptr, row_offsets, active_k, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+            ahead = _raw_tile(logits_ptr, row_offsets, active_k, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
             for k in range(num_blocks):
-                cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, active_k, 0, row_len, k, vocab, stride_col, BLOCK_V)
+                cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, active_k, 0, row_len, k, vocab, stride_col, BLOCK_V,
+                                                SCALAR_LOADS=True)
                 in_tile = tl.sum((ok & (_levels(x, row_max, scale) == cut_k[:, None])).to(tl.int32), axis=1).to(tl.int64)
                 crosses = (tied < need) & (need <= tied + in_tile)
                 crossing_tile = tl.where(crosses, k, crossing_tile)
@@ -600,10 +604,10 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
     summing = row_ok & (listed == 0)
     if tl.max(summing.to(tl.int32), axis=0) > 0:
         kept_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
-        ahead = _raw_tile(logits_ptr, row_offsets, summing, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+        ahead = _raw_tile(logits_ptr, row_offsets, summing, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
         uncut = _uncut(summing, greedy, key_cut, level_cut, min_weight)
         for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, summing, 0, row_len, k, vocab, stride_col, BLOCK_V)
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, summing, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
             kept_lanes += _pass_weights(uncut, x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight,
                                         table_ptr)
         kept_total = tl.where(listed, kept_total, tl.sum(kept_lanes, axis=1))
@@ -663,14 +667,16 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
                        flag_ptr, flag_code, chain_shift, window_ptr,
                        BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, NB_PAD: tl.constexpr,
                        PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr, COUNT_BITS: tl.constexpr,
-                       WINDOW_GROUP: tl.constexpr, LIST_TOP_K: tl.constexpr):
+                       WINDOW_GROUP: tl.constexpr, LIST_TOP_K: tl.constexpr, BLOCK_TILES: tl.constexpr):
     """The from-logits tree walk: each request processes only the rows it stands on (the path
     nodes), at the moment it stands there, then samples its final token from the last one.
     LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1)). COUNT_BITS:
     bits a pass of the top-k cut search once no top-p search is left (fused_count_bits).
     LIST_TOP_K: the largest top-k listed rather than searched (``_listed_cuts``; 0: none).
+    BLOCK_TILES: tiles of the final row's blocks (NB_PAD of them at most; ``fused_block_pad``).
     ``window_ptr``: (bs, fused_scratch_len) int16 scratch of the top-p window search and the
     top-k list."""
+    BLOCK_SPAN: tl.constexpr = BLOCK_TILES * BLOCK_V  # ids of the final row's blocks
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
     greedy, scale, top_k, top_p, min_weight = _request_params(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value,
@@ -778,26 +784,50 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
     blocks = tl.arange(0, NB_PAD)
     row_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
     residual_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
-    row_len = tl.cdiv(vocab, BLOCK_V) * BLOCK_V  # the final row as chunk 0 (see _row_statistics)
-    ahead = _raw_tile(logits_ptr, final_offsets, req_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V)
+    num_tiles = tl.cdiv(vocab, BLOCK_V)
+    row_len = num_tiles * BLOCK_V  # the final row as chunk 0 (see _row_statistics)
+    ahead = _raw_tile(logits_ptr, final_offsets, req_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
     uncut = _uncut(req_ok, greedy, key_cut, level_cut, min_weight)
-    for k in range(tl.cdiv(vocab, BLOCK_V)):
-        cols, in_row, x, ahead = _next_tile(ahead, logits_ptr, final_offsets, req_ok, 0, row_len, k, vocab, stride_col, BLOCK_V)
-        kept = _pass_weights(uncut, x, cols[None, :], in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-        block_sum = tl.sum(_quantize(_probabilities(kept, kept_total)), axis=1)
-        in_block = (rejected_tokens >= k * BLOCK_V) & (rejected_tokens < (k + 1) * BLOCK_V)
+    # A block is BLOCK_TILES tiles, summed per lane and reduced once: a sum a tile synchronised the
+    # program's warps at every tile (three barriers a tile in the SASS, sm_90).
+    for b in range(tl.cdiv(num_tiles, BLOCK_TILES)):
+        lane_sums = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+        for t in range(tl.minimum(BLOCK_TILES, num_tiles - b * BLOCK_TILES)):
+            cols, in_row, x, ahead = _next_tile(ahead, logits_ptr, final_offsets, req_ok, 0, row_len, b * BLOCK_TILES + t, vocab,
+                                                stride_col, BLOCK_V, SCALAR_LOADS=True)
+            kept = _pass_weights(uncut, x, cols[None, :], in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+            lane_sums += _quantize(_probabilities(kept, kept_total))
+        block_sum = tl.sum(lane_sums, axis=1)
+        in_block = (rejected_tokens >= b * BLOCK_SPAN) & (rejected_tokens < (b + 1) * BLOCK_SPAN)
         removed = tl.sum(tl.where(in_block, rejected_q, 0), axis=1)
-        row_sums = tl.where(blocks[None, :] == k, block_sum[:, None], row_sums)
-        residual_sums = tl.where(blocks[None, :] == k, (block_sum - removed)[:, None], residual_sums)
+        row_sums = tl.where(blocks[None, :] == b, block_sum[:, None], row_sums)
+        residual_sums = tl.where(blocks[None, :] == b, (block_sum - removed)[:, None], residual_sums)
     use_residual = tl.sum(residual_sums, axis=1) > 0
     sums = tl.where(use_residual[:, None], residual_sums, row_sums)
     total = tl.sum(sums, axis=1)
     threshold = tl.minimum((final_coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64), total - 1)
     crossing = tl.sum(tl.where(tl.cumsum(sums, axis=1) <= threshold[:, None], 1, 0), axis=1)
     before = tl.sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), axis=1)
-    index = crossing * BLOCK_V
+    # The crossing block's tiles, summed one by one up to the one holding the threshold (a
+    # rejected token's value is its rejected_q), then that tile in pieces.
+    tile = crossing * BLOCK_TILES
+    crossed = total <= 0
+    for t in tl.static_range(BLOCK_TILES):
+        tile_ids = (crossing[:, None] * BLOCK_TILES + t) * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
+        in_tile_row = req_ok[:, None] & (tile_ids < vocab) & (crossed == 0)[:, None]
+        tile_x = _gather_logits(logits_ptr, final_offsets, tile_ids, in_tile_row, stride_col)
+        tile_kept = _kept_weights(tile_x, tile_ids, in_tile_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        tile_sum = tl.sum(_quantize(_probabilities(tile_kept, kept_total)), axis=1)
+        tile_start = (crossing * BLOCK_TILES + t) * BLOCK_V
+        in_tile = (rejected_tokens >= tile_start[:, None]) & (rejected_tokens < tile_start[:, None] + BLOCK_V)
+        tile_sum -= tl.where(use_residual, tl.sum(tl.where(in_tile, rejected_q, 0), axis=1), 0)
+        below = (crossed == 0) & (before + tile_sum <= threshold) & (t < BLOCK_TILES - 1)
+        before = tl.where(below, before + tile_sum, before)
+        tile = tl.where(below, tile + 1, tile)
+        crossed = crossed | (below == 0)
+    index = tile * BLOCK_V
     for piece in range(BLOCK_V // PIECE):
-        cols = crossing[:, None] * BLOCK_V + piece * PIECE + tl.arange(0, PIECE)[None, :]
+        cols = tile[:, None] * BLOCK_V + piece * PIECE + tl.arange(0, PIECE)[None, :]
         in_row = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
         x = _gather_logits(logits_ptr, final_offsets, cols, in_row, stride_col)
         kept = _kept_weights(x, cols, in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
@@ -829,12 +859,21 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
 # launch configs
 
 
+# Tiles of the final row's blocks (the kernel's BLOCK_TILES): its pass reduces each block's per-lane
+# sums once, and the crossing block is read again a tile at a time up to the crossing tile. H200,
+# with the scalar loads of sampling_rows._raw_tile: the fused walk took 0.73-0.90x main's time at
+# V 32000 and 151936 (BENCHMARKS.md, forty-second session); re-reading the crossing block in
+# pieces without finding its tile first took 1.30-1.36x at bs 64 N 8 V 32000 (64 pieces a request).
+FUSED_BLOCK_TILES = 4
+
+
 @dataclass(frozen=True)
 class FusedLaunch:
     requests: int  # BLOCK_R
     block_v: int
-    piece: int  # width of the crossing block's pieces (bounds the rejected-token comparison)
+    piece: int  # width of the crossing tile's pieces (bounds the rejected-token comparison)
     warps: int
+    block_tiles: int = FUSED_BLOCK_TILES  # tiles of the final row's blocks (BLOCK_TILES)
 
 
 def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> FusedLaunch:
@@ -856,6 +895,11 @@ def fused_launch(target: KernelTarget, bs: int, nodes: int, vocab: int) -> Fused
     threads = min(threads, max(target.warp_size, next_power_of_2(max(vocab, 1)) // 4))
     block_v = min(4 * threads, max(next_power_of_2(max(vocab, 1)), 128))
     return FusedLaunch(1, block_v, max(16, min(block_v, 1024 // n_pad)), target.warps(threads))
+
+
+def fused_block_pad(vocab: int, config: FusedLaunch) -> int:
+    """The kernel's NB_PAD: the final row's blocks, padded."""
+    return max(_pow2(cdiv(vocab, config.block_v * config.block_tiles)), 16)
 
 
 # ptxas under Triton 3.9 compiles the 256-thread walk at 80 registers and spills long-lived values
@@ -1057,7 +1101,6 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
                                              final_coins=final_coins)
         accept, final = accept.contiguous(), final.contiguous()
     config = fused_launch(target, bs, nodes, vocab)
-    num_blocks = cdiv(vocab, config.block_v)
     # Top-p's window scratch (2 bytes an id a request, _top_p_in_window) and top-k's list, only when
     # a row may use them.
     may_cut = torch.is_tensor(top_p) or top_p < 1 or torch.is_tensor(top_k) or top_k > 0
@@ -1070,8 +1113,9 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         seed.contiguous() if hashed else table, offset.contiguous() if hashed else table,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, float_placeholder, bs, nodes, tree.num_steps,
         error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain), window,
-        BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=max(_pow2(num_blocks), 16),
-        PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode, COUNT_BITS=fused_count_bits(target, logprobs_mode, _pow2(nodes)),
+        BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=fused_block_pad(vocab, config),
+        BLOCK_TILES=config.block_tiles, PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode,
+        COUNT_BITS=fused_count_bits(target, logprobs_mode, _pow2(nodes)),
         WINDOW_GROUP=fused_window_group(target, logprobs_mode, logits.stride(1) == 1), LIST_TOP_K=fused_list_top_k(target),
         num_warps=config.warps,
         **fused_options(target, config, logprobs_mode, _pow2(nodes)),
@@ -1218,11 +1262,12 @@ def compile_specs(target: KernelTarget):
         "accept_lens_ptr": "*i32", "logprob_ptr": "*fp32", "bs": "i32", "nodes": "i32", "num_steps": "i32",
         "flag_ptr": "*i64", "flag_code": "i64", "chain_shift": "i32", "window_ptr": "*i16",
         **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS", "COUNT_BITS",
-                                          "WINDOW_GROUP", "LIST_TOP_K")}}
+                                          "WINDOW_GROUP", "LIST_TOP_K", "BLOCK_TILES")}}
     for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
         config = fused_launch(target, bs, nodes, vocab)
         shape_constexprs = {"BLOCK_R": config.requests, "BLOCK_V": config.block_v, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1),
-                            "NB_PAD": max(_pow2(cdiv(vocab, config.block_v)), 16), "PIECE": config.piece}
+                            "NB_PAD": fused_block_pad(vocab, config), "PIECE": config.piece,
+                            "BLOCK_TILES": config.block_tiles}
         # Every logit type with seeded coins; the other coin source and the logprob modes on bf16.
         variants = [(logit_type, True, 0) for logit_type in _LOGIT_TYPES] + [("bf16", False, 0), ("bf16", True, 1), ("bf16", True, 2)]
         if vocab < 1024:  # the odd tiny shape: its own block widths, one variant

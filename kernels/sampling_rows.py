@@ -289,32 +289,55 @@ def _chunk_cols(chunk, chunk_len, tile, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK: tl.constexpr):
+def _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK: tl.constexpr,
+              SCALAR_LOADS: tl.constexpr = False):
     """The raw logits of a chunk's tile, as loaded (-inf past the row, the chunk or ``row_ok``):
-    ``_next_tile`` loads them a tile ahead and sanitises them when they are used."""
-    cols = _chunk_cols(chunk, chunk_len, tile, BLOCK)
-    ok = row_ok[:, None] & (cols[None, :] < vocab) & (cols[None, :] < (chunk + 1) * chunk_len)
-    return tl.load(logits_ptr + row_offsets[:, None] + cols[None, :].to(tl.int64) * stride_col, mask=ok, other=float("-inf"))
+    ``_next_tile`` loads them a tile ahead and sanitises them when they are used.
+
+    The bounds are one scalar a tile (``room``: the tile's ids left in the row and the chunk)
+    against the lane index, and the addresses a row base a tile plus the lane: with an id a lane
+    compared with V and the chunk's end, ptxas widened the ids to 64 bits and tested each against
+    both (four compares an id; the fused walk's max pass took 86 instructions a tile of 4 ids a
+    thread, 71 this way; sm_90, Triton 3.6). SCALAR_LOADS: one 2-4 byte load a logit instead of
+    one vector load a thread (the fused walk, kernels/sampling.py). A row pass there also gathers
+    from the weight table, whose one-id-a-thread layout Triton then gave the whole pass, so the
+    vector loads went through shared memory and two barriers a tile to reach it; without them the
+    fused walk took 0.73-0.84x its time at V 151936 (H200, BENCHMARKS.md, forty-second session).
+    The every-row passes keep vector loads: with scalar ones the every-row verify took 1.14-1.25x
+    its time with top-k 50 and top-p 0.95 (0.86-0.91x with temperature alone), with the scalar
+    bounds alone 0.98-1.00x (same session)."""
+    start = chunk * chunk_len + tile * BLOCK
+    room = tl.minimum(vocab, (chunk + 1) * chunk_len) - start
+    lanes = tl.arange(0, BLOCK)
+    ok = row_ok[:, None] & (lanes[None, :] < room)
+    base = logits_ptr + (row_offsets + start.to(tl.int64) * stride_col)
+    if SCALAR_LOADS:
+        lanes = tl.max_contiguous(lanes, 1)  # contiguity 1: Triton does not vectorise the load
+    return tl.load(base[:, None] + lanes[None, :] * stride_col, mask=ok, other=float("-inf"))
 
 
 @triton.jit
-def _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK: tl.constexpr):
+def _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK: tl.constexpr,
+               SCALAR_LOADS: tl.constexpr = False):
     """Tile ``tile`` of a chunk from ``ahead``, its raw logits loaded one tile earlier: (ids,
     in range, sanitised float32 logits, the raw logits of tile + 1). Each pass's loop issues the
     next tile's load before it works on this one, so the load's latency overlaps the work: with
     one load in flight a program, the passes waited on memory (H100, bs 64 N 4 V 151936: the
     from-logits verify took 0.78x of its time with every pass reading ahead (chunk max, the four
     bin passes, kept, probabilities); BENCHMARKS.md, twenty-first session). The fused walk's row
-    passes (kernels/sampling.py) read whole rows through it as chunk 0."""
-    cols = _chunk_cols(chunk, chunk_len, tile, BLOCK)
-    ok = row_ok[:, None] & (cols[None, :] < vocab)
+    passes (kernels/sampling.py) read whole rows through it as chunk 0, with SCALAR_LOADS
+    (``_raw_tile``)."""
+    start = chunk * chunk_len + tile * BLOCK
+    lanes = tl.arange(0, BLOCK)
+    cols = start + lanes
+    ok = row_ok[:, None] & (lanes[None, :] < vocab - start)
     x = _sanitized(ahead, ok)
-    return cols, ok, x, _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile + 1, vocab, stride_col, BLOCK)
+    return cols, ok, x, _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile + 1, vocab, stride_col, BLOCK, SCALAR_LOADS)
 
 
 @triton.jit
 def _max_pass(logits_ptr, row_offsets, row_ok, chunk, chunk_len, vocab, stride_col, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
-              WANT_LSE: tl.constexpr):
+              WANT_LSE: tl.constexpr, SCALAR_LOADS: tl.constexpr = False):
     """(max, lowest argmax, sum of exp(x - max) (WANT_LSE; else 0), each lane's max (R, BLOCK_V))
     of chunk ``chunk`` of (R,) rows (the fused walk: a whole row as chunk 0; its listed top-k
     takes the lanes' maxima, callers that do not use them compile without them): the online pass
@@ -323,16 +346,18 @@ def _max_pass(logits_ptr, row_offsets, row_ok, chunk, chunk_len, vocab, stride_c
     argmax = tl.full([BLOCK_R], NO_ID, dtype=tl.int32)
     sum_exp = tl.zeros([BLOCK_R], dtype=tl.float32)
     lane_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
-    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
+    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS)
     if WANT_LSE:
         for tile in range(chunk_len // BLOCK_V):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V,
+                                            SCALAR_LOADS)
             run_max, argmax, sum_exp = _online_max(x, cols, ok, run_max, argmax, sum_exp)
             lane_max = tl.maximum(lane_max, x)
     else:
         lane_arg = tl.full([BLOCK_R, BLOCK_V], NO_ID, dtype=tl.int32)
         for tile in range(chunk_len // BLOCK_V):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V,
+                                            SCALAR_LOADS)
             lane_max, lane_arg = _lane_max(x, cols[None, :], ok, lane_max, lane_arg)
         run_max, argmax = _lanes_max(lane_max, lane_arg)
     return run_max, argmax, sum_exp, lane_max
