@@ -32,8 +32,13 @@ accept tests on the same rows. A crossing-tile test off by one (``need < tied + 
 here, and so does a two-bit top-k pass that never takes its third candidate (checked by mutation,
 2026-11-28), and so do a window search that drops the mass below the window, one that counts the
 -1 (empty) slots, and a top-k search stopped below the window's top rather than above it (checked
-by mutation, twenty-fifth session). Runs in a fresh process: TRITON_INTERPRET must be set before
-kernels are defined.
+by mutation, twenty-fifth session). The final token's inverse CDF sums a row in blocks of 4 tiles
+(``FUSED_BLOCK_TILES``; here rows of 5-10 tiles: full blocks and a short last one) and finds the
+crossing tile inside the crossing block before reading it in pieces: a search that always takes
+the block's first tile fails the final-token and chain cases, and one that forgets to take the
+rejected tokens out of a tile's residual sum fails the chain cases (checked by mutation,
+forty-second session). Runs in a fresh process: TRITON_INTERPRET must be set before kernels are
+defined.
 """
 import textwrap
 
