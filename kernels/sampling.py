@@ -1297,5 +1297,5 @@ def describe_launch(target: KernelTarget) -> list[str]:
     for bs, nodes, vocab, _ in _FUSED_SHAPES[:2] if target.vendor != "amd" else ():
         config = fused_launch(target, bs, nodes, vocab)
         lines.append(f"fused walk bs={bs} N={nodes} V={vocab}: {config.requests} requests/program, BLOCK_V={config.block_v}, "
-                     f"crossing block in pieces of {config.piece}, {config.warps} warps")
+                     f"final row in blocks of {config.block_tiles} tiles, crossing tile in pieces of {config.piece}, {config.warps} warps")
     return lines

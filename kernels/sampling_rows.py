@@ -298,7 +298,7 @@ def _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, st
     against the lane index, and the addresses a row base a tile plus the lane: with an id a lane
     compared with V and the chunk's end, ptxas widened the ids to 64 bits and tested each against
     both (four compares an id; the fused walk's max pass took 86 instructions a tile of 4 ids a
-    thread, 71 this way; sm_90, Triton 3.6). SCALAR_LOADS: one 2-4 byte load a logit instead of
+    thread, 71 this way with its vector loads; sm_90, Triton 3.6). SCALAR_LOADS: one 2-4 byte load a logit instead of
     one vector load a thread (the fused walk, kernels/sampling.py). A row pass there also gathers
     from the weight table, whose one-id-a-thread layout Triton then gave the whole pass, so the
     vector loads went through shared memory and two barriers a tile to reach it; without them the
