@@ -284,8 +284,14 @@ def _searching_rows(row, row_ok, rows_per_request, vocab, temperature_ptr, top_k
 
 
 @triton.jit
+def _tile_start(chunk, chunk_len, tile, BLOCK: tl.constexpr):
+    """The first id of tile ``tile`` of chunk ``chunk`` (a scalar)."""
+    return chunk * chunk_len + tile * BLOCK
+
+
+@triton.jit
 def _chunk_cols(chunk, chunk_len, tile, BLOCK: tl.constexpr):
-    return chunk * chunk_len + tile * BLOCK + tl.arange(0, BLOCK)
+    return _tile_start(chunk, chunk_len, tile, BLOCK) + tl.arange(0, BLOCK)
 
 
 @triton.jit
@@ -298,15 +304,16 @@ def _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, st
     against the lane index, and the addresses a row base a tile plus the lane: with an id a lane
     compared with V and the chunk's end, ptxas widened the ids to 64 bits and tested each against
     both (four compares an id; the fused walk's max pass took 86 instructions a tile of 4 ids a
-    thread, 71 this way with its vector loads; sm_90, Triton 3.6). SCALAR_LOADS: one 2-4 byte load a logit instead of
-    one vector load a thread (the fused walk, kernels/sampling.py). A row pass there also gathers
-    from the weight table, whose one-id-a-thread layout Triton then gave the whole pass, so the
-    vector loads went through shared memory and two barriers a tile to reach it; without them the
-    fused walk took 0.73-0.84x its time at V 151936 (H200, BENCHMARKS.md, forty-second session).
+    thread, 71 this way with its vector loads; sm_90, Triton 3.6). SCALAR_LOADS: one 2-4 byte
+    load a logit instead of one vector load a thread (the fused walk, kernels/sampling.py). The
+    walk's passes gather from the weight table, whose one-id-a-thread layout Triton 3.6 then gave
+    its tiles, so the vector loads went through shared memory and two barriers a tile to reach it;
+    without them the fused walk took 0.73-0.84x its time at V 151936 (H200, BENCHMARKS.md,
+    forty-second session).
     The every-row passes keep vector loads: with scalar ones the every-row verify took 1.14-1.25x
     its time with top-k 50 and top-p 0.95 (0.86-0.91x with temperature alone), with the scalar
     bounds alone 0.98-1.00x (same session)."""
-    start = chunk * chunk_len + tile * BLOCK
+    start = _tile_start(chunk, chunk_len, tile, BLOCK)
     room = tl.minimum(vocab, (chunk + 1) * chunk_len) - start
     lanes = tl.arange(0, BLOCK)
     ok = row_ok[:, None] & (lanes[None, :] < room)
@@ -327,7 +334,7 @@ def _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, v
     bin passes, kept, probabilities); BENCHMARKS.md, twenty-first session). The fused walk's row
     passes (kernels/sampling.py) read whole rows through it as chunk 0, with SCALAR_LOADS
     (``_raw_tile``)."""
-    start = chunk * chunk_len + tile * BLOCK
+    start = _tile_start(chunk, chunk_len, tile, BLOCK)
     lanes = tl.arange(0, BLOCK)
     cols = start + lanes
     ok = row_ok[:, None] & (lanes[None, :] < vocab - start)
