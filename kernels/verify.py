@@ -2,7 +2,11 @@
 
 * ``_argmax_tile_kernel`` (grid: rows x tiles): the fused argmax over target logits reads each
   logit once; every program reduces one ``BLOCK``-wide tile of one row to (max, lowest id of the
-  max). Splitting rows into tiles keeps bs = 1 from running one row per program.
+  max). Splitting rows into tiles keeps bs = 1 from running one row per program. The common
+  tile tests nothing an id but its mask bit: the maximum is a maxnum over the raw values (NaN
+  skipped), the ids matched against it (NaN never matches), +inf clamped once a tile; a tile with
+  no maximum above -inf (or a NaN one) ranks every id as the reference does. A row's whole tiles
+  load without bounds, and an unconstrained row of a masked launch skips the mask.
 * ``_greedy_walk_kernel`` (grid: request blocks): a pointer-chasing walk. Each level follows the
   last accepted node's child list (``retrieve_next_token``, then ``retrieve_next_sibling``) with
   one dependent load pair per child and stops at the first match, so a level costs as many steps
@@ -355,26 +359,38 @@ def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr,
     tile = tl.program_id(1)
     cols = tile * BLOCK + tl.arange(0, BLOCK)
     in_vocab = cols < vocab
-    values = tl.load(logits_ptr + row.to(tl.int64) * stride_row + cols.to(tl.int64) * stride_col, mask=in_vocab, other=0.0).to(tl.float32)
-    values = tl.where(values != values, float("-inf"), values)  # NaN ranks as -inf
-    values = tl.minimum(values, FLT_MAX)  # +inf ranks as FLT_MAX (ties with it: lower id)
-    values = tl.where(in_vocab, values, float("-inf"))
-    if HAS_MASK:  # masked tokens rank below every allowed one: a tile allowing nothing has id NO_ID
+    if HAS_MASK:  # the row's mask row first: with an index, its words wait on it
         base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
-        values = tl.where(tile_allowed(mask_ptr, base, constrained, tile * BLOCK, mask_width, BLOCK), values, float("-inf"))
-    tile_max = tl.max(values, axis=0)
-    # Above -inf only a candidate (in the vocabulary, allowed) holds the maximum, so the common
-    # case needs no candidate flags kept live across the reduction. Unmasked, an all -inf tile's
-    # lowest id is in the vocabulary (a tile starts inside it).
-    tile_id = tl.min(tl.where(values == tile_max, cols, NO_ID), axis=0)
+    # Every tile of a row but its last lies inside the vocabulary: loaded without a bound test (a
+    # register an id set to -inf before a bounded load).
+    logits = logits_ptr + row.to(tl.int64) * stride_row + cols.to(tl.int64) * stride_col
+    if (tile + 1) * BLOCK <= vocab:
+        values = tl.load(logits).to(tl.float32)
+    else:
+        values = tl.load(logits, mask=in_vocab, other=float("-inf")).to(tl.float32)
     if HAS_MASK:
-        if tile_max == float("-inf"):  # the lowest allowed id in the vocabulary, else NO_ID
-            allowed = tile_allowed(mask_ptr, base, constrained, tile * BLOCK, mask_width, BLOCK)
-            tile_id = tl.min(tl.where(in_vocab & allowed, cols, NO_ID), axis=0)
+        if constrained:  # masked tokens rank below every allowed one: a tile allowing nothing has id NO_ID
+            values = tl.where(tile_allowed(mask_ptr, base, constrained, tile * BLOCK, mask_width, BLOCK), values, float("-inf"))
+    # NaN ranks as -inf and +inf as FLT_MAX (ties with it: lower id). Triton's max is a maxnum
+    # (llvm.maxnum: a NaN operand is skipped; on AMD LLVM quiets each operand first, as the gfx942
+    # code shows), so the common tile takes its maximum from the raw values and then compares them
+    # with it (NaN never compares true). The NaN test and select, the clamp and the bound select an
+    # id were 4 of the unmasked tile's 8 instructions an id (sm_90 SASS, Triton 3.6) in a kernel
+    # bound by its ALU pipe (BENCHMARKS.md, thirty-seventh and forty-third sessions).
+    tile_max = tl.max(values, axis=0)
+    if tile_max > float("-inf"):
+        tile_max = tl.minimum(tile_max, FLT_MAX)
+        tile_id = tl.min(tl.where(values >= tile_max, cols, NO_ID), axis=0)
+    else:  # nothing above -inf, or a NaN maximum (an interpreter whose max keeps NaN): rank each id
+        values = tl.where(values != values, float("-inf"), tl.minimum(values, FLT_MAX))
+        tile_max = tl.max(values, axis=0)
+        candidate = in_vocab  # with nothing above -inf, the lowest allowed id in the vocabulary, else NO_ID
+        if HAS_MASK:
+            candidate = candidate & tile_allowed(mask_ptr, base, constrained, tile * BLOCK, mask_width, BLOCK)
+        tile_id = tl.min(tl.where(candidate & (values == tile_max), cols, NO_ID), axis=0)
     slot = row.to(tl.int64) * num_tiles + tile
     tl.store(tile_max_ptr + slot, tile_max)
     tl.store(tile_id_ptr + slot, tile_id)
-
 
 
 @triton.jit
