@@ -174,6 +174,22 @@ def _picked_allowed(mask_ptr, base, constrained, picked, mask_width, K_PAD: tl.c
 
 
 @triton.jit
+def _picked_values(raw, cols, in_vocab, picked, base, constrained, mask_ptr, map_ptr, mask_width, K_PAD: tl.constexpr, SUB: tl.constexpr,
+                   HAS_MASK: tl.constexpr, HAS_MAP: tl.constexpr):
+    """``_logit_values`` of the selection's picked sub-tiles (``cols``: (K_PAD, SUB)); without a token
+    map each picked sub-tile's mask words load in one piece (``_picked_allowed``)."""
+    if HAS_MASK and not HAS_MAP and SUB >= 32:
+        values, allowed = _logit_values(raw, cols, in_vocab, base, constrained, 0, mask_ptr, map_ptr, mask_width, SUB, False, HAS_MAP,
+                                        False)
+        allowed = in_vocab & _picked_allowed(mask_ptr, base, constrained, picked, mask_width, K_PAD, SUB)
+        values = tl.where(allowed, values, float("-inf"))
+    else:
+        values, allowed = _logit_values(raw, cols, in_vocab, base, constrained, 0, mask_ptr, map_ptr, mask_width, SUB, HAS_MASK,
+                                        HAS_MAP, False)
+    return values, allowed
+
+
+@triton.jit
 def _tile_stats(raw, tile, in_vocab, sub_order_row, base, constrained, mask_ptr, map_ptr, mask_width, BLOCK: tl.constexpr,
                 SUB: tl.constexpr, HAS_MASK: tl.constexpr, HAS_MAP: tl.constexpr, WHOLE: tl.constexpr):
     """Stores the sub-tile maxima of one tile of raw logits and returns the tile's max ``m`` and
@@ -214,6 +230,28 @@ def _tile_stats(raw, tile, in_vocab, sub_order_row, base, constrained, mask_ptr,
 
 
 @triton.jit
+def _row_tile_stats(raw, tile, in_vocab, sub_order_row, base, constrained, mask_ptr, map_ptr, mask_width, BLOCK: tl.constexpr,
+                    SUB: tl.constexpr, HAS_MASK: tl.constexpr, HAS_MAP: tl.constexpr, WHOLE: tl.constexpr, ROW_BRANCH: tl.constexpr):
+    """``_tile_stats`` of one row's tile. ROW_BRANCH: a row the mask leaves unconstrained (an index
+    of -1) takes the unmasked statistics, without its mask's words or tests (one row a program:
+    the branch is uniform). Every id of such a row is allowed, so its maxima, sums and sub-tile
+    orders are the masked pass's, but for a last tile's sub-tiles wholly past the vocabulary,
+    ranked by their index at -inf rather than below every masked id: their ids are never output
+    either way (``launch_config`` says which launches take the branch)."""
+    if HAS_MASK and ROW_BRANCH:
+        if constrained:
+            tile_max, tile_sum = _tile_stats(raw, tile, in_vocab, sub_order_row, base, constrained, mask_ptr, map_ptr, mask_width, BLOCK,
+                                             SUB, True, HAS_MAP, WHOLE)
+        else:
+            tile_max, tile_sum = _tile_stats(raw, tile, in_vocab, sub_order_row, base, constrained, mask_ptr, map_ptr, mask_width, BLOCK,
+                                             SUB, False, False, WHOLE)
+    else:
+        tile_max, tile_sum = _tile_stats(raw, tile, in_vocab, sub_order_row, base, constrained, mask_ptr, map_ptr, mask_width, BLOCK,
+                                         SUB, HAS_MASK, HAS_MAP, WHOLE)
+    return tile_max, tile_sum
+
+
+@triton.jit
 def _tile_stats_kernel(
     logits_ptr,
     stride_row,
@@ -234,6 +272,7 @@ def _tile_stats_kernel(
     HAS_MASK: tl.constexpr,
     HAS_INDEX: tl.constexpr,
     HAS_MAP: tl.constexpr,
+    ROW_BRANCH: tl.constexpr,
 ):
     row = tl.program_id(0)
     tile = tl.program_id(1)
@@ -245,12 +284,12 @@ def _tile_stats_kernel(
     cols = tile * BLOCK + tl.arange(0, BLOCK)
     if (tile + 1) * BLOCK <= vocab:  # a whole tile (every one but a row's last): no bound tests
         raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col)
-        tile_max, tile_sum = _tile_stats(raw, tile, tl.full([BLOCK], 1, tl.int1), sub_order_row, base, constrained, mask_ptr, map_ptr,
-                                         mask_width, BLOCK, SUB, HAS_MASK, HAS_MAP, True)
+        tile_max, tile_sum = _row_tile_stats(raw, tile, tl.full([BLOCK], 1, tl.int1), sub_order_row, base, constrained, mask_ptr,
+                                             map_ptr, mask_width, BLOCK, SUB, HAS_MASK, HAS_MAP, True, ROW_BRANCH)
     else:
         raw = tl.load(row_ptr + cols.to(tl.int64) * stride_col, mask=cols < vocab, other=0.0)
-        tile_max, tile_sum = _tile_stats(raw, tile, cols < vocab, sub_order_row, base, constrained, mask_ptr, map_ptr, mask_width, BLOCK,
-                                         SUB, HAS_MASK, HAS_MAP, False)
+        tile_max, tile_sum = _row_tile_stats(raw, tile, cols < vocab, sub_order_row, base, constrained, mask_ptr, map_ptr, mask_width,
+                                             BLOCK, SUB, HAS_MASK, HAS_MAP, False, ROW_BRANCH)
     # Stored as their bits: all of the scratch is one int32 allocation (spec_hal.device_buffers.carve).
     slot = row.to(tl.int64) * num_tiles + tile
     tl.store(tile_max_ptr + slot, tile_max.to(tl.int32, bitcast=True))
@@ -339,6 +378,7 @@ def _select_kernel(
     HAS_INDEX: tl.constexpr,
     HAS_MAP: tl.constexpr,
     HAS_TOKEN_MAP: tl.constexpr,
+    ROW_BRANCH: tl.constexpr,
 ):
     row = tl.program_id(0)
     row64 = row.to(tl.int64)
@@ -373,14 +413,16 @@ def _select_kernel(
     cols = picked[:, None] * SUB + tl.arange(0, SUB)[None, :]
     in_vocab = (picked[:, None] >= 0) & (cols < vocab)
     raw = tl.load(logits_ptr + row64 * stride_row + cols.to(tl.int64) * stride_col, mask=in_vocab, other=0.0)
-    if HAS_MASK and not HAS_MAP and SUB >= 32:
-        values, allowed = _logit_values(raw, cols, in_vocab, base, constrained, 0, mask_ptr, map_ptr, mask_width, SUB, False, HAS_MAP,
-                                        False)
-        allowed = in_vocab & _picked_allowed(mask_ptr, base, constrained, picked, mask_width, K_PAD, SUB)
-        values = tl.where(allowed, values, float("-inf"))
+    if HAS_MASK and ROW_BRANCH:
+        if constrained:
+            values, allowed = _picked_values(raw, cols, in_vocab, picked, base, constrained, mask_ptr, map_ptr, mask_width, K_PAD, SUB,
+                                             True, HAS_MAP)
+        else:  # as in _row_tile_stats: every id allowed
+            values, allowed = _picked_values(raw, cols, in_vocab, picked, base, constrained, mask_ptr, map_ptr, mask_width, K_PAD, SUB,
+                                             False, False)
     else:
-        values, allowed = _logit_values(raw, cols, in_vocab, base, constrained, 0, mask_ptr, map_ptr, mask_width, SUB, HAS_MASK,
-                                        HAS_MAP, False)
+        values, allowed = _picked_values(raw, cols, in_vocab, picked, base, constrained, mask_ptr, map_ptr, mask_width, K_PAD, SUB,
+                                         HAS_MASK, HAS_MAP)
     keys = tl.where(in_vocab, _rank_keys(_ordered(values), cols), EMPTY_KEY)
     if HAS_MASK:
         keys = tl.where(in_vocab & (allowed == 0), _masked_keys(cols), keys)
@@ -409,6 +451,7 @@ class TopkLaunch:
     block: int
     tile_warps: int
     sub: int = 256  # sub-tile width (the selection reads k of them again); at most ``block``
+    row_branch: bool = False  # a masked launch's unconstrained rows skip the mask (_row_tile_stats)
 
     def tiles(self, vocab: int) -> int:
         return cdiv(vocab, self.block)
@@ -417,7 +460,7 @@ class TopkLaunch:
         return self.tiles(vocab) * (self.block // self.sub)
 
 
-MASKED_BLOCK = 2048  # widest tile of a masked launch but that of float32 logits without a token map on NVIDIA
+MASKED_BLOCK = 2048  # widest tile of a masked launch but those of 2- and 4-byte logits without a token map on NVIDIA
 # Sub-tiles of SUB_WIDTH ids (fewer in a narrower tile). The selection ranks a row's sub-tile
 # maxima in one tensor of at most MAX_SUBS (compiled clean on all six targets at that size), so
 # rows over 524,288 ids (no known draft vocabulary) take the reference instead.
@@ -440,8 +483,8 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
     others 4096. AMD runs wave64, so the same 256 threads per program are 4 warps instead of 8.
     The interpreter runs one Python loop per program, so it takes the widest tile, one per row,
     and sub-tiles of 256 ids at most. A masked launch has tiles of at most MASKED_BLOCK (the mask
-    and map loads spill at 16 elements per thread on sm_90), but for float32 logits without a
-    token map (``mapped``) on NVIDIA, below.
+    and map loads spill at 16 elements per thread on sm_90), but for 2- and 4-byte logits without
+    a token map (``mapped``) on NVIDIA, below.
 
     Until 2026-11-27 large batches of long rows (from about 132 rows at V 151,936 on the H100)
     gave each program a chunk of 32 or more 2048-id tiles, read one ahead. One 4096-id tile a
@@ -454,18 +497,30 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
     up to 17% at V 32000-32001 (bs 64), so it keeps 256 (BENCHMARKS.md, thirtieth session). A
     masked float32 launch without a token map there takes the unmasked tile (4096 ids from 2 rows
     of tiles per SM), 32 ids a thread: 0.89-0.99x of its time at 2048 ids with V 151936, about
-    the same (0.98-1.04x) with V 32000; bfloat16 took 0.91-1.08x, so 2-byte logits keep 2048
-    (H200, 64-2048 rows; float64 and AMD not measured; BENCHMARKS.md, thirty-ninth session).
+    the same (0.98-1.04x) with V 32000; bfloat16 then took 0.91-1.08x and kept 2048 (H200, 64-2048
+    rows; float64 and AMD not measured; BENCHMARKS.md, thirty-ninth session). With the row branch
+    below, masked bfloat16 at 4096 ids took 0.90-0.95x of its time at 2048 with every row masked
+    and 0.87-0.97x with half (H200, 256-2048 rows, V 32000 and 151936; 256 threads were slower at
+    either width: BENCHMARKS.md, forty-third session), so 2-byte logits take 4096 too; float64
+    keeps 2048.
+
+    ``row_branch`` (masked 2-byte logits): a row the mask leaves unconstrained skips the mask's
+    words and tests in both kernels (``_row_tile_stats``). With it and 4096-id tiles, masked
+    bfloat16 took 0.93-0.99x of the former launch's time (2048 ids, no branch) with every row
+    masked and 0.74-0.93x with half the rows (H200, forty-third session; without the branch the
+    4096-id tile alone gained nothing with every row masked). Float32 with the branch: half the
+    rows 0.94-1.00x, but every row 1.01-1.09x (the unconstrained path's code beside the masked
+    one), so float32 does without.
     """
     if target.vendor == "interpreter":
         block = min(max(next_power_of_2(vocab), 16), 65536)
-        return TopkLaunch(block=block, tile_warps=1, sub=min(block, SUB_WIDTH))
+        return TopkLaunch(block=block, tile_warps=1, sub=min(block, SUB_WIDTH), row_branch=masked and element_size == 2)
     block = 2048 if rows * cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
     block = min(block, max(next_power_of_2(vocab), 128))
-    if masked and (mapped or target.vendor != "nvidia" or element_size != 4):
+    if masked and (mapped or target.vendor != "nvidia" or element_size > 4):
         block = min(block, MASKED_BLOCK)
     threads = 128 if target.vendor == "nvidia" and (masked or element_size < 4) else 256
-    return TopkLaunch(block=block, tile_warps=target.warps(threads), sub=min(block, SUB_WIDTH))
+    return TopkLaunch(block=block, tile_warps=target.warps(threads), sub=min(block, SUB_WIDTH), row_branch=masked and element_size == 2)
 
 
 # From k = RANK_FROM_K the selection ranks its candidates all at once when there are at most
@@ -562,7 +617,7 @@ def draft_topk(
     flags = dict(HAS_MASK=has_mask, HAS_INDEX=bitmask_index is not None, HAS_MAP=has_mask and token_map is not None)
     _tile_stats_kernel[(rows, num_tiles)](
         logits, logits.stride(0), logits.stride(1), vocab, tile_max, tile_sum, sub_orders, num_tiles, subs_per_row,
-        mask, index, mask_map, num_masks, mask_width, BLOCK=config.block, SUB=config.sub, **flags,
+        mask, index, mask_map, num_masks, mask_width, BLOCK=config.block, SUB=config.sub, **flags, ROW_BRANCH=config.row_branch,
         num_warps=config.tile_warps,
     )
     warps = select_warps(target, k, config.sub, rows)
@@ -572,7 +627,7 @@ def draft_topk(
         token_map if token_map is not None else tile_max,  # placeholder pointer, never read
         out[0], out[1], rank_slots.view(torch.int64) if k >= RANK_FROM_K else tile_max,  # placeholder below RANK_FROM_K
         K=k, K_PAD=_padded(k), C_PAD=candidate_slots(k), SUB=config.sub, TILES_PAD=_padded(num_tiles), SUBS_PAD=_padded(subs_per_row), **flags,
-        HAS_TOKEN_MAP=token_map is not None, num_warps=warps, **select_options(target, k, warps),
+        HAS_TOKEN_MAP=token_map is not None, ROW_BRANCH=config.row_branch, num_warps=warps, **select_options(target, k, warps),
     )
     return out[0], out[1]
 
@@ -600,9 +655,9 @@ def _stats_spec(target: KernelTarget, logit_type: str, config: TopkLaunch, vocab
                  "tile_max_ptr": "*i32", "tile_sum_ptr": "*i32", "sub_order_ptr": "*i32", "num_tiles": "i32",
                  "subs_per_row": "i32", **_mask_signature(*masking),
                  "BLOCK": "constexpr", "SUB": "constexpr", "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr",
-                 "HAS_MAP": "constexpr"}
+                 "HAS_MAP": "constexpr", "ROW_BRANCH": "constexpr"}
     constexprs = {"BLOCK": config.block, "SUB": config.sub, "HAS_MASK": has_mask, "HAS_INDEX": has_index,
-                  "HAS_MAP": has_map}
+                  "HAS_MAP": has_map, "ROW_BRANCH": config.row_branch}
     if not specialized:
         return (_tile_stats_kernel, signature, constexprs, config.tile_warps)
     return runtime_specialized(target, _tile_stats_kernel, signature, constexprs, config.tile_warps, values={
@@ -618,10 +673,11 @@ def _select_spec(target: KernelTarget, logit_type: str, k: int, rows: int, confi
                  **_mask_signature(*masking), "token_map_ptr": token_map_type or "*i32", "probs_ptr": "*fp32", "ids_ptr": "*i64",
                  "rank_ptr": "*i64" if k >= RANK_FROM_K else "*i32",
                  "K": "constexpr", "K_PAD": "constexpr", "C_PAD": "constexpr", "SUB": "constexpr", "TILES_PAD": "constexpr", "SUBS_PAD": "constexpr",
-                 "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "HAS_MAP": "constexpr", "HAS_TOKEN_MAP": "constexpr"}
+                 "HAS_MASK": "constexpr", "HAS_INDEX": "constexpr", "HAS_MAP": "constexpr", "HAS_TOKEN_MAP": "constexpr",
+                 "ROW_BRANCH": "constexpr"}
     constexprs = {"K": k, "K_PAD": _padded(k), "C_PAD": candidate_slots(k), "SUB": config.sub, "TILES_PAD": _padded(config.tiles(vocab)),
                   "SUBS_PAD": _padded(config.subs_per_row(vocab)), "HAS_MASK": has_mask, "HAS_INDEX": has_index, "HAS_MAP": has_map,
-                  "HAS_TOKEN_MAP": token_map_type is not None}
+                  "HAS_TOKEN_MAP": token_map_type is not None, "ROW_BRANCH": config.row_branch}
     warps = select_warps(target, k, config.sub, rows)
     options = select_options(target, k, warps)
     if not specialized:

@@ -8,7 +8,8 @@ through the interpreter with 32- and 64-id tiles and 32-, 8- and 16-id sub-tiles
 to make the sub-tile order matter (ascending and descending rows, heavy ties between sub-tile
 maxima, NaN/inf, all -inf and all-NaN rows, masks with fewer allowed tokens than k and a row
 allowing nothing, a token map; the first 128 ids alone, every tile whole, so the statistics' path
-without bound tests ends a row), and compares ids bit for bit and probabilities within the suite's
+without bound tests ends a row; bfloat16 masks with an index, whose unconstrained rows take the
+launches' row branch), and compares ids bit for bit and probabilities within the suite's
 tolerance with the cpu reference. Reversing the sub-tiles' tie order (index descending) fails it.
 Runs in a fresh process: TRITON_INTERPRET must be set before kernels are defined.
 """
@@ -24,7 +25,7 @@ PROBE = textwrap.dedent("""
 
     def launch_with(block, sub):
         def launch(target, rows, vocab, masked=False, element_size=4, mapped=False):
-            return kt.TopkLaunch(block=block, tile_warps=1, sub=sub)
+            return kt.TopkLaunch(block=block, tile_warps=1, sub=sub, row_branch=masked and element_size == 2)
         return launch
 
     reference, kernels = spec_hal.get_backend("cpu"), spec_hal.get_backend("triton-interpret")
@@ -54,6 +55,10 @@ PROBE = textwrap.dedent("""
         "bf16": {"dtype": torch.bfloat16},
         "masked": {"token_bitmask": mask},
         "masked with index": {"token_bitmask": mask, "bitmask_index": index},
+        # 2-byte logits take the row branch: unconstrained rows (index -1) skip the mask
+        "bf16 masked with index": {"dtype": torch.bfloat16, "token_bitmask": mask, "bitmask_index": index},
+        "bf16 masked token map": {"dtype": torch.bfloat16, "token_map": token_map,
+                                  "token_bitmask": pack_bitmask(allowed[:, token_map.argsort()]), "bitmask_index": index},
         "token map": {"token_map": token_map},
         "masked token map": {"token_map": token_map, "token_bitmask": pack_bitmask(allowed[:, token_map.argsort()])},
         "whole tiles": {"columns": 128},  # every tile full: the statistics' unbounded path only
@@ -86,5 +91,5 @@ PROBE = textwrap.dedent("""
 
 def test_tiles_and_sub_tiles_match_the_reference():
     results = run_interpreter_probe(PROBE, timeout=900)
-    assert len(results) == 3 * 7 * 4 + 1
+    assert len(results) == 3 * 9 * 4 + 1
     assert all(results.values()), {case: same for case, same in results.items() if not same}
