@@ -512,15 +512,16 @@ def launch_config(target: KernelTarget, rows: int, vocab: int, masked: bool = Fa
     rows 0.94-1.00x, but every row 1.01-1.09x (the unconstrained path's code beside the masked
     one), so float32 does without.
     """
+    row_branch = masked and element_size == 2
     if target.vendor == "interpreter":
         block = min(max(next_power_of_2(vocab), 16), 65536)
-        return TopkLaunch(block=block, tile_warps=1, sub=min(block, SUB_WIDTH), row_branch=masked and element_size == 2)
+        return TopkLaunch(block=block, tile_warps=1, sub=min(block, SUB_WIDTH), row_branch=row_branch)
     block = 2048 if rows * cdiv(vocab, 4096) < 2 * target.multiprocessors else 4096
     block = min(block, max(next_power_of_2(vocab), 128))
     if masked and (mapped or target.vendor != "nvidia" or element_size > 4):
         block = min(block, MASKED_BLOCK)
     threads = 128 if target.vendor == "nvidia" and (masked or element_size < 4) else 256
-    return TopkLaunch(block=block, tile_warps=target.warps(threads), sub=min(block, SUB_WIDTH), row_branch=masked and element_size == 2)
+    return TopkLaunch(block=block, tile_warps=target.warps(threads), sub=min(block, SUB_WIDTH), row_branch=row_branch)
 
 
 # From k = RANK_FROM_K the selection ranks its candidates all at once when there are at most

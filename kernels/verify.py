@@ -361,8 +361,8 @@ def _argmax_tile_kernel(logits_ptr, stride_row, stride_col, vocab, tile_max_ptr,
     in_vocab = cols < vocab
     if HAS_MASK:  # the row's mask row first: with an index, its words wait on it
         base, constrained = mask_row_base(index_ptr, row, True, num_masks, mask_width, HAS_INDEX)
-    # Every tile of a row but its last lies inside the vocabulary: loaded without a bound test (a
-    # register an id set to -inf before a bounded load).
+    # Every tile of a row but its last lies inside the vocabulary: loaded without a bound test (the
+    # bounded load first sets each id's register to -inf, an instruction an id).
     logits = logits_ptr + row.to(tl.int64) * stride_row + cols.to(tl.int64) * stride_col
     if (tile + 1) * BLOCK <= vocab:
         values = tl.load(logits).to(tl.float32)
