@@ -1,5 +1,9 @@
 """Triton kernels of family ``ragged``. Semantics and layout: spec_hal/ragged.py.
 
+Both ops read the caller's draft counts as they are: each program derives its requests' counts
+and first rows itself (``kernels/verify.py``: ``ragged_layout``, a prefix sum over the counts
+before them), so no layout is computed in a launch of its own.
+
 ``verify_chain_ragged``: the fused argmax (``kernels/verify.py``'s tile kernel, masks included)
 runs over the T + bs flat target rows only, so a request with c_b drafts costs c_b + 1 rows, not
 max_drafts + 1; then ``_ragged_chain_greedy_kernel`` (grid: request blocks) merges each request's
@@ -7,11 +11,10 @@ tiles at its rows r_b .. r_b + c_b, matches the drafts and writes the padded Ver
 
 ``verify_chain_sampling_ragged``: ``kernels/verify.py``'s ``_chain_sampling_kernel`` with
 ``RAGGED``: it reads the (T + bs, V) target and (T, V) draft rows, the flat drafts and coins in
-place at each request's row starts (``_chain_layout_kernel``: ``spec_hal.ragged.chain_layout`` in
-one launch), so no probability row is copied (the reference's gather into the padded layout ran
-~5 passes over them). Lanes past a
-request's count are the padded layout's padding; invalid draft ids are recorded at their padded
-index, as the reference records them.
+place at each request's rows, so no probability row is copied (the reference's gather into the
+padded layout ran ~5 passes over them). Lanes past a request's count are the padded layout's
+padding; invalid draft ids are recorded at their padded index, as the reference records them.
+With ``rng_state``, ``_stream_coins_kernel`` draws the coins first.
 """
 from __future__ import annotations
 
@@ -29,19 +32,19 @@ from .error_flag import record_invalid
 from .launch import KernelTarget, runtime_specialized, cdiv
 from .sampling import _hash_key, _keyed_coin
 from .verify import (MaskArgs, _chain_sampling_kernel, _merge_argmax, _pow2, _target_source, _verdict_buffers, chain_sampling_constexprs,
-                     chain_sampling_signature, launch_chain_sampling, sampling_launch, walk_launch)
+                     chain_sampling_signature, launch_chain_sampling, ragged_layout, sampling_launch, walk_launch)
 
 PURPOSE_ACCEPT = tl.constexpr(stream_purposes.PURPOSE_ACCEPT)
 PURPOSE_FINAL = tl.constexpr(stream_purposes.PURPOSE_FINAL)
 
 
 @triton.jit(do_not_specialize=["num_drafts", "total_rows"])  # sizes that change every batch (kernels/verify.py: _chain_sampling_kernel)
-def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_drafts, total_rows,
+def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_tiles, num_drafts, total_rows,
                                 predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, max_drafts, vocab, flag_ptr, flag_code,
                                 bonus_ptr, BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FROM_LOGITS: tl.constexpr,
                                 BONUS: tl.constexpr):
     """BONUS: the draft-aligned layout (spec_hal/ragged.py): request b's draft j and its target
-    row are both flat index starts[b] + j, and lane c_b (c_b cut at the flat end) holds
+    row are both flat index d_b + j, and lane c_b (c_b cut at the flat end) holds
     bonus[b]. Otherwise target rows r_b + j (j <= c_b), draft j at r_b + j - b. A token_bitmask
     acts through the argmax tiles: a draft must also be allowed at its row, which from logits is
     that the row allows any id (kernels/verify.py: _merge_argmax; a masked target is never ids)."""
@@ -50,9 +53,7 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
     req64 = req.to(tl.int64)
     lanes = tl.arange(0, N_PAD)
     nodes = max_drafts + 1
-    count = tl.load(counts_ptr + req, mask=req_ok, other=0).to(tl.int64)
-    count = tl.minimum(tl.maximum(count, 0), max_drafts)
-    start = tl.load(starts_ptr + req, mask=req_ok, other=0)
+    count, start = ragged_layout(counts_ptr, req, req_ok, max_drafts, BLOCK_R, not BONUS)
     rows = start[:, None] + lanes[None, :]
     if BONUS:
         count = tl.minimum(count, tl.maximum(total_rows - start, 0))  # the drafts that fit before the flat end
@@ -89,62 +90,32 @@ def _ragged_chain_greedy_kernel(drafts_ptr, counts_ptr, starts_ptr, target_ptr, 
     tl.store(accept_lens_ptr + req, num_correct + 1, mask=req_ok)
 
 
-# Counts per slice of the layout's prefix sum: one program of 256 threads loops over bs / 1024
-# slices (128 threads kept an 8 B local frame on NVIDIA).
-LAYOUT_BLOCK = 1024
+# Coins a step of ``_stream_coins_kernel`` draws: one program of 256 threads loops over them.
+COINS_BLOCK = 1024
 
 
-@triton.jit(do_not_specialize=["bs", "total_rows", "num_drafts"])  # sizes that change every batch
-def _chain_layout_kernel(counts_ptr, layout_ptr, bs, max_drafts, total_rows, rng_ptr, coins_ptr, num_drafts, BLOCK: tl.constexpr,
-                         BONUS_ROWS: tl.constexpr, CUT_AT_END: tl.constexpr, RNG: tl.constexpr):
-    """``spec_hal.ragged.chain_layout`` in one program: counts clamped to [0, max_drafts] at
-    layout_ptr[b], each request's first target row at layout_ptr[bs + b] (a running prefix sum
-    over BLOCK-wide slices of the counts). CUT_AT_END: the stored count is then cut to the rows
-    before the flat end, -1 where the first row itself is past it (the bonus-row sampling layout).
-    RNG: also the coins of the counter-based stream at rng_ptr = [seed, counter]
+@triton.jit(do_not_specialize=["num_drafts", "bs"])  # sizes that change every batch
+def _stream_coins_kernel(rng_ptr, coins_ptr, num_drafts, bs, BLOCK: tl.constexpr):
+    """The coins of the counter-based stream at rng_ptr = [seed, counter]
     (``spec_hal.ragged.stream_coins``: T step coins then bs final coins at coins_ptr), then the
     counter + 1: one program, so no other reads the state while it changes."""
-    carry = tl.zeros([], dtype=tl.int64)
-    for first in range(0, bs, BLOCK):
+    seed = tl.load(rng_ptr).to(tl.int64)
+    counter = tl.load(rng_ptr + 1).to(tl.int64)
+    key = _hash_key(seed, counter)
+    for first in range(0, num_drafts + bs, BLOCK):
         index = first + tl.arange(0, BLOCK)
-        ok = index < bs
-        count = tl.load(counts_ptr + index, mask=ok, other=0).to(tl.int64)
-        count = tl.minimum(tl.maximum(count, 0), max_drafts)
-        rows = count + 1 if BONUS_ROWS else count
-        start = carry + tl.cumsum(rows, axis=0) - rows
-        if CUT_AT_END:
-            count = tl.maximum(tl.minimum(count, total_rows - 1 - start), -1)
-        tl.store(layout_ptr + index, count, mask=ok)
-        tl.store(layout_ptr + bs + index, start, mask=ok)
-        carry += tl.sum(rows, axis=0)
-    if RNG:
-        seed = tl.load(rng_ptr).to(tl.int64)
-        counter = tl.load(rng_ptr + 1).to(tl.int64)
-        key = _hash_key(seed, counter)
-        for first in range(0, num_drafts + bs, BLOCK):
-            index = first + tl.arange(0, BLOCK)
-            is_final = index >= num_drafts
-            position = tl.where(is_final, index - num_drafts, index).to(tl.int64)
-            coin = tl.where(is_final, _keyed_coin(key, position, PURPOSE_FINAL), _keyed_coin(key, position, PURPOSE_ACCEPT))
-            tl.store(coins_ptr + index, coin, mask=index < num_drafts + bs)
-        tl.store(rng_ptr + 1, counter + 1)
+        is_final = index >= num_drafts
+        position = tl.where(is_final, index - num_drafts, index).to(tl.int64)
+        coin = tl.where(is_final, _keyed_coin(key, position, PURPOSE_FINAL), _keyed_coin(key, position, PURPOSE_ACCEPT))
+        tl.store(coins_ptr + index, coin, mask=index < num_drafts + bs)
+    tl.store(rng_ptr + 1, counter + 1)
 
 
-def _chain_layout(num_draft_tokens: torch.Tensor, max_drafts: int, total_rows: int, *, bonus_rows: bool, cut_at_end: bool,
-                  target: KernelTarget, rng_state: Optional[torch.Tensor] = None, num_drafts: int = 0):
-    """(counts, starts) (bs,) int64 of ``spec_hal.ragged.chain_layout`` (counts cut at the flat end
-    with ``cut_at_end``) in one launch: the torch ops they replace were 3-5 launches (8 with the
-    cut). With ``rng_state``, also (coins (T,), final coins (bs,)) of the stream, which it advances."""
-    bs = num_draft_tokens.shape[0]
-    layout = torch.empty((2, bs), dtype=torch.int64, device=num_draft_tokens.device)
-    coins = torch.empty((num_drafts + bs,), dtype=torch.float32, device=layout.device) if rng_state is not None else None
-    _chain_layout_kernel[(1,)](num_draft_tokens.contiguous(), layout, bs, max_drafts, total_rows,
-                               layout if rng_state is None else rng_state, layout if coins is None else coins, num_drafts,
-                               BLOCK=LAYOUT_BLOCK, BONUS_ROWS=bonus_rows, CUT_AT_END=cut_at_end, RNG=rng_state is not None,
-                               num_warps=target.warps(256))
-    if coins is None:
-        return layout[0], layout[1]
-    return layout[0], layout[1], coins[:num_drafts], coins[num_drafts:]
+def _stream_coins(rng_state: torch.Tensor, num_drafts: int, bs: int, target: KernelTarget) -> tuple[torch.Tensor, torch.Tensor]:
+    """(coins (T,), final coins (bs,)) float32 of the stream at ``rng_state``, which this advances."""
+    coins = torch.empty((num_drafts + bs,), dtype=torch.float32, device=rng_state.device)
+    _stream_coins_kernel[(1,)](rng_state, coins, num_drafts, bs, BLOCK=COINS_BLOCK, num_warps=target.warps(256))
+    return coins[:num_drafts], coins[num_drafts:]
 
 
 _DRAFTS_CODE = error_flag.code("verify_chain_ragged", "draft_tokens")
@@ -161,14 +132,14 @@ def verify_chain_ragged(draft_tokens: torch.Tensor, num_draft_tokens: torch.Tens
         return _bonus_only(bonus_tokens, out)
     bonus_rows = bonus_tokens is None
     total_rows = total + bs if bonus_rows else total
-    counts, starts = _chain_layout(num_draft_tokens, max_drafts, total_rows, bonus_rows=bonus_rows, cut_at_end=False, target=target)
+    counts = num_draft_tokens.contiguous()
     masks = MaskArgs.of(token_bitmask, bitmask_index, out.predict)
     ids, tile_max, tile_id, num_tiles, from_logits = _target_source(target_predict, target, masks)
     config = walk_launch(target, bs, nodes)
     warps = _warps(target, config)
     drafts = draft_tokens.contiguous() if total else counts  # an empty tensor may have no address
     _ragged_chain_greedy_kernel[(cdiv(bs, config.requests),)](
-        drafts, counts, starts, ids, tile_max, tile_id, num_tiles, total, total_rows,
+        drafts, counts, ids, tile_max, tile_id, num_tiles, total, total_rows,
         out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, max_drafts,
         target_predict.shape[-1] if from_logits else -1, error_flag.flag(out.predict.device), _DRAFTS_CODE,
         counts if bonus_rows else bonus_tokens.contiguous(),  # counts: a placeholder, never read
@@ -189,24 +160,17 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
         if rng_state is not None:
             rng_state[1:].add_(1)
         return _bonus_only(bonus_tokens, out) if bs else out
-    bonus_rows = bonus_tokens is None
-    # The reference's padding past the flat end (counts that break the layout), bonus-row layout:
-    # at most T + bs - 1 - r_b drafts, and -1 where the root row itself is past the end (final
-    # token 0). Draft-aligned, the kernel cuts a chain at the flat end itself: its bonus token follows.
-    layout = _chain_layout(num_draft_tokens, max_drafts, total + bs if bonus_rows else total, bonus_rows=bonus_rows,
-                           cut_at_end=bonus_rows, target=target, rng_state=rng_state, num_drafts=total)
-    counts, starts = layout[:2]
+    # Counts that break the layout (rows past the flat end) are the reference's padding: the
+    # kernel cuts each chain at the flat end, and a request whose root row is past it emits 0.
     if rng_state is not None:
-        coins, final_coins = layout[2:]
+        coins, final_coins = _stream_coins(rng_state, total, bs, target)
     if total:
         draft_tokens, coins = draft_tokens.contiguous(), coins.contiguous()
     else:  # T = 0: every lane is padding; an empty tensor may have no address
-        draft_tokens, coins = counts, final_coins
+        draft_tokens, coins = num_draft_tokens, final_coins
         draft_probs = target_probs if draft_probs is not None else None
     launch_chain_sampling(draft_tokens, draft_probs, target_probs, coins, final_coins, steps=max_drafts, token_bitmask=token_bitmask,
-                          bitmask_index=bitmask_index, out=out, target=target, ragged=(counts, starts), bonus_tokens=bonus_tokens)
-    if bonus_rows:
-        out.predict.view(bs, nodes)[:, 0].masked_fill_(counts < 0, 0)  # the padded zero row's token
+                          bitmask_index=bitmask_index, out=out, target=target, ragged_counts=num_draft_tokens, bonus_tokens=bonus_tokens)
     return out
 
 
@@ -243,14 +207,16 @@ PROVIDERS = {
 
 
 def compile_specs(target: KernelTarget):
-    specs = _layout_specs(target)
+    specs = _coins_specs(target)
     for bs, max_drafts, num_tiles in ((64, 5, 38), (256, 7, 1), (3, 3, 1)):
         nodes = max_drafts + 1
         config = walk_launch(target, bs, nodes)
-        # (from logits, target ids type, bonus tokens type: BONUS, the draft-aligned layout, unless None)
-        variants = [(True, "*fp32", None), (False, "*i64", None), (False, "*i32", None), (True, "*fp32", "*i64"), (False, "*i64", "*i32")]
-        for from_logits, target_type, bonus_type in variants:
-            signature = {"drafts_ptr": "*i64", "counts_ptr": "*i64", "starts_ptr": "*i64", "target_ptr": target_type,
+        # (from logits, target ids type, bonus tokens type: BONUS, the draft-aligned layout, unless
+        # None; the caller's counts type)
+        variants = [(True, "*fp32", None, "*i64"), (False, "*i64", None, "*i64"), (False, "*i32", None, "*i32"), (True, "*fp32", "*i64", "*i32"),
+                    (False, "*i64", "*i32", "*i64")]
+        for from_logits, target_type, bonus_type, counts_type in variants:
+            signature = {"drafts_ptr": "*i64", "counts_ptr": counts_type, "target_ptr": target_type,
                          "tile_max_ptr": "*fp32", "tile_id_ptr": "*i32", "num_tiles": "i32", "num_drafts": "i32", "total_rows": "i32",
                          "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32",
                          "bs": "i32", "max_drafts": "i32", "vocab": "i32", "flag_ptr": "*i64", "flag_code": "i64",
@@ -268,27 +234,18 @@ def compile_specs(target: KernelTarget):
     return specs
 
 
-def _layout_specs(target: KernelTarget) -> list:
-    """``_chain_layout_kernel`` as the three layouts launch it (greedy and sampling with bonus rows,
-    draft-aligned), int32 and int64 counts, and the sampling layouts drawing stream coins (RNG)."""
-    specs = []
-    for counts_type in ("*i32", "*i64"):
-        for bonus_rows, cut_at_end, rng in ((True, False, False), (True, True, False), (False, False, False), (True, True, True),
-                                            (False, False, True)):
-            signature = {"counts_ptr": counts_type, "layout_ptr": "*i64", "bs": "i32", "max_drafts": "i32", "total_rows": "i32",
-                         "rng_ptr": "*i64", "coins_ptr": "*fp32" if rng else "*i64", "num_drafts": "i32",
-                         "BLOCK": "constexpr", "BONUS_ROWS": "constexpr", "CUT_AT_END": "constexpr", "RNG": "constexpr"}
-            constexprs = {"BLOCK": LAYOUT_BLOCK, "BONUS_ROWS": bonus_rows, "CUT_AT_END": cut_at_end, "RNG": rng}
-            specs.append((_chain_layout_kernel, signature, constexprs, target.warps(256)))
-            specs.append(runtime_specialized(target, _chain_layout_kernel, signature, constexprs, target.warps(256),
-                                             values={"bs": 64, "max_drafts": 5, "total_rows": 224, "num_drafts": 160}))
-    return specs
+def _coins_specs(target: KernelTarget) -> list:
+    """``_stream_coins_kernel`` as ``verify_chain_sampling_ragged`` launches it with ``rng_state``."""
+    signature = {"rng_ptr": "*i64", "coins_ptr": "*fp32", "num_drafts": "i32", "bs": "i32", "BLOCK": "constexpr"}
+    constexprs = {"BLOCK": COINS_BLOCK}
+    return [(_stream_coins_kernel, signature, constexprs, target.warps(256)),
+            runtime_specialized(target, _stream_coins_kernel, signature, constexprs, target.warps(256), values={"num_drafts": 160, "bs": 64})]
 
 
 def _chain_sampling_specs(target: KernelTarget) -> list:
     """``_chain_sampling_kernel`` with RAGGED, as ``verify_chain_sampling_ragged`` launches it:
     with and without draft probabilities, unmasked and (at the production shape) with a mask
-    without an index and with an int32/int64 index; int64 drafts, and int32 (vLLM's) once; and
+    without an index and with an int32/int64 index; int64 drafts and counts, and int32 (vLLM's) once; and
     the draft-aligned layout (BONUS, as ``spec_hal.compat.vllm`` launches it: int32 drafts, int64
     bonus tokens, unmasked)."""
     specs = []
@@ -302,7 +259,7 @@ def _chain_sampling_specs(target: KernelTarget) -> list:
         for drafts_type, bonus in layouts:
             for mask_type, index_type, has_mask, has_index in masks if drafts_type == "*i64" else masks[:1]:
                 for has_draft_probs in (True, False):
-                    signature = {**chain_sampling_signature(drafts_type, "*i64", "*i64" if bonus else "*i32"), "mask_ptr": mask_type,
+                    signature = {**chain_sampling_signature(drafts_type, drafts_type, "*i64" if bonus else "*i32"), "mask_ptr": mask_type,
                                  "index_ptr": index_type, "num_masks": "i32", "mask_width": "i32", "HAS_MASK": "constexpr",
                                  "HAS_INDEX": "constexpr"}
                     constexprs = {**chain_sampling_constexprs(config, nodes, ragged=True, bonus=bonus), "HAS_DRAFT_PROBS": has_draft_probs,

@@ -615,6 +615,34 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
     record_invalid(flag_ptr, flag_code, ok & ((cand < -1) | ((vocab >= 0) & (cand >= vocab))), ids)
 
 
+# Counts a program sums per step of ``ragged_layout``'s prefix over the requests before its own.
+RAGGED_PREFIX_BLOCK = tl.constexpr(1024)
+
+
+@triton.jit
+def ragged_layout(counts_ptr, req, req_ok, max_drafts, BLOCK_R: tl.constexpr, BONUS_ROWS: tl.constexpr):
+    """(count, first row) (BLOCK_R,) int64 of a program's requests ``req`` (consecutive, from
+    program_id(0) * BLOCK_R) in spec_hal.ragged's flat layout: the count clamped to [0,
+    max_drafts] and the request's first flat row, the clamped counts (+ 1 each: BONUS_ROWS) of the
+    requests before it summed (``spec_hal.ragged.chain_layout``). Each program sums the prefix
+    itself, so the ragged ops launch no layout kernel (H200: that launch was 1.8-2.3 us of a
+    8-15 us call); the prefix is at most bs counts, read from L2."""
+    first_req = tl.program_id(0) * BLOCK_R
+    before = tl.zeros([], dtype=tl.int64)  # rows of the requests before the program's first
+    for first in range(0, first_req, RAGGED_PREFIX_BLOCK):
+        index = first + tl.arange(0, RAGGED_PREFIX_BLOCK)
+        ok = index < first_req
+        counts = tl.minimum(tl.maximum(tl.load(counts_ptr + index, mask=ok, other=0).to(tl.int64), 0), max_drafts)
+        before += tl.sum(tl.where(ok, counts + 1, 0) if BONUS_ROWS else counts, axis=0)
+    count = tl.minimum(tl.maximum(tl.load(counts_ptr + req, mask=req_ok, other=0).to(tl.int64), 0), max_drafts)
+    rows = count + 1 if BONUS_ROWS else count
+    if BLOCK_R == 1:  # a GPU launch: a cumsum over one request kept an 8 B local frame (sm_90, Triton 3.6)
+        start = before + tl.zeros_like(count)
+    else:
+        start = before + tl.cumsum(rows, axis=0) - rows
+    return count, start
+
+
 # The batch's sizes change with every step: specialising them (== 1, multiples of 16) would
 # compile up to three variants for no gain (they bound lanes, never address vectors), and the
 # draft-aligned ragged variant specialised at bs = 1 kept an 8-16 B local frame on sm_90 and
@@ -623,19 +651,19 @@ def _chain_greedy_kernel(cand_ptr, target_ptr, tile_max_ptr, tile_id_ptr, num_ti
 def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn, stride_qv, probs_ptr, stride_pb, stride_pn, stride_pv,
                            coins_ptr, final_coins_ptr, predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, bs, steps, vocab,
                            sums_ptr, sums_width, counter_ptr, tiles_per_chunk, mask_ptr, index_ptr, num_masks, mask_width,
-                           flag_ptr, flag_code, passed_ptr, counts_ptr, starts_ptr, num_drafts, total_rows, bonus_ptr,
+                           flag_ptr, flag_code, passed_ptr, counts_ptr, num_drafts, total_rows, bonus_ptr,
                            BLOCK_R: tl.constexpr, N_PAD: tl.constexpr, TILE_V: tl.constexpr, SUB: tl.constexpr, NB_PAD: tl.constexpr,
                            SPLIT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr,
                            COUNT_PASSED: tl.constexpr, RAGGED: tl.constexpr, BONUS: tl.constexpr, READ_AHEAD: tl.constexpr,
                            SCALAR_REDUCE: tl.constexpr):
     """RAGGED: the flat layout of spec_hal/ragged.py (``verify_chain_sampling_ragged``), read in
-    place: request b's target row j is flat row starts[b] + j, its draft j flat index
-    starts[b] - b + j (clamped into [0, T) as the reference's gather); lanes past counts[b] or
-    past the flat end are the padded layout's padding (draft -1, coin 0, q = 0); counts[b] = -1:
-    the root row is past the flat end (its final token is the caller's to set). RAGGED and BONUS:
-    the draft-aligned layout (T target rows): draft j and its target row are both flat index
-    starts[b] + j, a chain is cut at the flat end, and a fully accepted chain ends with bonus[b]
-    (no row is read for it). Otherwise (and for the error flag's index, b * S + j) the padded
+    place from the caller's draft counts (``ragged_layout``: c_b and r_b): request b's target row
+    j is flat row r_b + j, its draft j flat index r_b - b + j (clamped into [0, T) as the
+    reference's gather); lanes past c_b or past the flat end are the padded layout's padding
+    (draft -1, coin 0, q = 0); a request whose root row is past the flat end emits token 0 (the
+    reference's padded zero row). RAGGED and BONUS: the draft-aligned layout (T target rows):
+    draft j and its target row are both flat index d_b + j, a chain is cut at the flat end, and a
+    fully accepted chain ends with bonus[b] (no row is read for it). Otherwise (and for the error flag's index, b * S + j) the padded
     (bs, S) / (bs, S+1) layout. SCALAR_REDUCE (BLOCK_R = 1): the reductions over the lanes give
     scalars (``_lanes_reduce``: the AMD launches and the ragged ones)."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -645,8 +673,7 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     req64 = req.to(tl.int64)
     padded = req64[:, None] * steps + lanes[None, :]  # the padded draft index
     if RAGGED:
-        count = tl.load(counts_ptr + req, mask=req_ok, other=0).to(tl.int64)  # <= S; -1: root row past the flat end
-        first_row = tl.load(starts_ptr + req, mask=req_ok, other=0).to(tl.int64)
+        count, first_row = ragged_layout(counts_ptr, req, req_ok, steps, BLOCK_R, not BONUS)
         rows = first_row[:, None] + lanes[None, :]
         if BONUS:  # draft j is target row j's own flat index
             draft_at = tl.minimum(rows, num_drafts - 1)
@@ -689,9 +716,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
         final_row = _lanes_reduce("min", tl.where(accepted, total_rows, rows), SCALAR_REDUCE)
         q_at = _lanes_reduce("min", tl.where(accepted | (lanes[None, :] >= steps), num_drafts - 1, draft_at), SCALAR_REDUCE)
         use_q = use_q & (num_correct < _lanes_reduce("sum", step_ok.to(tl.int32), SCALAR_REDUCE))
-        # Past the flat end only when the root row is (count -1): the sums read the last row
-        # instead and the host writes the padded zero row's token 0 (kernels/ragged.py; a flag
-        # kept here spilled SGPRs on gfx942 with Triton 3.6).
+        # Past the flat end only when the root row is: the sums read the last row instead and the
+        # final token is the padded zero row's 0.
         final_row = tl.minimum(final_row, total_rows - 1)
         p_row = final_row * stride_pn
         q_row = tl.maximum(q_at, 0) * stride_qn
@@ -739,6 +765,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
                                   not HAS_DRAFT_PROBS)
         if BONUS:
             final = tl.where(sampled, final, tl.load(bonus_ptr + req, mask=req_ok, other=0).to(tl.int64))
+        elif RAGGED:
+            final = tl.where(first_row < total_rows, final, 0)
         nodes = steps + 1
         node_ok = req_ok[:, None] & (lanes[None, :] < nodes)
         predict = tl.where(lanes[None, :] < num_correct[:, None], drafts, tl.where(lanes[None, :] == num_correct[:, None], final[:, None], -1))
@@ -1146,26 +1174,27 @@ def verify_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
 
 def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor, coins: torch.Tensor,
                           final_coins: torch.Tensor, *, steps: int, token_bitmask: Optional[torch.Tensor], bitmask_index: Optional[torch.Tensor],
-                          out: Verdict, target: KernelTarget, ragged: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+                          out: Verdict, target: KernelTarget, ragged_counts: Optional[torch.Tensor] = None,
                           passed_counts: Optional[torch.Tensor] = None, bonus_tokens: Optional[torch.Tensor] = None,
                           scratch: Optional[list] = None) -> None:
     """Launch ``_chain_sampling_kernel`` into ``out`` (bs >= 1). Padded: draft_ids and coins (bs, S)
-    contiguous, probabilities (bs, S(+1), V) or flat. ``ragged``: (counts, starts) (bs,) int64 of
-    ``spec_hal.ragged.chain_layout``; draft_ids, coins (T,) and draft_probs (T, V) the flat tensors
+    contiguous, probabilities (bs, S(+1), V) or flat. ``ragged_counts``: the caller's draft counts
+    (bs,) int32/int64 of spec_hal.ragged's flat layout, S = max_drafts (each program derives its
+    requests' rows: ``ragged_layout``); draft_ids, coins (T,) and draft_probs (T, V) the flat tensors
     (stand-ins of the same dtype when T = 0: never read), target_probs (T + bs, V): nothing is
-    gathered. ``bonus_tokens`` (bs,) with ``ragged``: the draft-aligned layout, target_probs (T, V).
+    gathered. ``bonus_tokens`` (bs,) with ``ragged_counts``: the draft-aligned layout, target_probs (T, V).
     ``scratch``: int32 tensors of final_token_scratch_sizes (fresh buffers if None)."""
     bs = final_coins.shape[0]
     nodes = steps + 1
     vocab = target_probs.shape[-1]
     has_draft_probs = draft_probs is not None
-    if ragged is None:
+    if ragged_counts is None:
         q_strides = _probs_strides(draft_probs, steps) if has_draft_probs else (0, 0, 0)
         p_strides = _probs_strides(target_probs, nodes)
-        counts = starts = out.num_correct  # placeholders, never read
+        counts = out.num_correct  # a placeholder, never read
         num_drafts, total_rows = bs * steps, bs * nodes
     else:
-        counts, starts = ragged
+        counts = ragged_counts.contiguous()
         q_strides = (0, *draft_probs.stride()) if has_draft_probs else (0, 0, 0)
         p_strides = (0, *target_probs.stride())
         total_rows = target_probs.shape[0]  # T + bs, or T draft-aligned
@@ -1179,10 +1208,10 @@ def launch_chain_sampling(draft_ids: torch.Tensor, draft_probs: Optional[torch.T
         coins, final_coins.contiguous(), out.predict, out.accept_index, out.num_correct, out.accept_lens, bs, steps, vocab,
         sums, config.sums_width, counters, config.tiles_per_chunk, *masks.args, error_flag.flag(final_coins.device),
         _CHAIN_SAMPLING_CODE, out.num_correct if passed_counts is None else passed_counts,
-        counts, starts, num_drafts, total_rows, out.num_correct if bonus_tokens is None else bonus_tokens.contiguous(),
+        counts, num_drafts, total_rows, out.num_correct if bonus_tokens is None else bonus_tokens.contiguous(),
         BLOCK_R=config.requests, N_PAD=_pow2(nodes), TILE_V=config.tile_v, SUB=config.sub, NB_PAD=config.nb_pad,
         SPLIT=config.chunks > 1, **masks.flags, HAS_DRAFT_PROBS=has_draft_probs, COUNT_PASSED=passed_counts is not None,
-        RAGGED=ragged is not None, BONUS=bonus_tokens is not None, SCALAR_REDUCE=config.scalar_reduce, **flags,
+        RAGGED=ragged_counts is not None, BONUS=bonus_tokens is not None, SCALAR_REDUCE=config.scalar_reduce, **flags,
         num_warps=config.warps, **options,
     )
 
@@ -1204,15 +1233,15 @@ _LOGIT_TYPES = ("fp32", "bf16", "fp16", "fp64")
 _SHAPES = ((1, 4, 32000, 3), (64, 8, 151936, 5), (256, 32, 151936, 5), (3, 6, 8, 5), (4, 8, 16, 3), (1, 64, 151936, 6))
 
 
-def chain_sampling_signature(drafts_type: str, layout_type: str, bonus_type: str = "*i32") -> dict:
+def chain_sampling_signature(drafts_type: str, counts_type: str, bonus_type: str = "*i32") -> dict:
     """``_chain_sampling_kernel``'s signature without the mask arguments and flags: draft ids of
-    ``drafts_type``, counts/starts of ``layout_type`` (int32 placeholders padded, int64 ragged),
+    ``drafts_type``, draft counts of ``counts_type`` (an int32 placeholder padded; ragged, the caller's),
     bonus tokens of ``bonus_type`` (an int32 placeholder unless BONUS)."""
     return {"draft_ids_ptr": drafts_type, "draft_probs_ptr": "*fp32", "stride_qb": "i64", "stride_qn": "i64", "stride_qv": "i64",
             "probs_ptr": "*fp32", "stride_pb": "i64", "stride_pn": "i64", "stride_pv": "i64", "coins_ptr": "*fp32", "final_coins_ptr": "*fp32",
             "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32", "accept_lens_ptr": "*i32", "bs": "i32", "steps": "i32",
             "vocab": "i32", "sums_ptr": "*i64", "sums_width": "i32", "counter_ptr": "*i32", "tiles_per_chunk": "i32", "flag_ptr": "*i64",
-            "flag_code": "i64", "passed_ptr": "*i32", "counts_ptr": layout_type, "starts_ptr": layout_type, "num_drafts": "i32", "total_rows": "i32",
+            "flag_code": "i64", "passed_ptr": "*i32", "counts_ptr": counts_type, "num_drafts": "i32", "total_rows": "i32",
             "bonus_ptr": bonus_type, "BLOCK_R": "constexpr", "N_PAD": "constexpr", "TILE_V": "constexpr", "SUB": "constexpr", "NB_PAD": "constexpr",
             "SPLIT": "constexpr", "HAS_DRAFT_PROBS": "constexpr", "COUNT_PASSED": "constexpr", "RAGGED": "constexpr", "BONUS": "constexpr",
             "READ_AHEAD": "constexpr", "SCALAR_REDUCE": "constexpr"}

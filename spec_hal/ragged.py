@@ -33,7 +33,8 @@ against V: they are the engine's own samples).
 
 Coins of ``verify_chain_sampling_ragged``: the caller's ``coins`` (T,) and ``final_coins`` (bs,),
 or, with ``rng_state`` (2,) int64 ``[seed, counter]`` and both left None, a counter-based stream
-drawn on the device (no extra launch on the Triton backends, graph-safe): flat draft i's coin is
+drawn on the device (graph-safe; on the Triton backends a one-program launch before the op's kernel,
+which also advances the counter): flat draft i's coin is
 ``hash(seed, counter, i, ACCEPT)`` and request b's final coin ``hash(seed, counter, b, FINAL)``
 (``spec_hal.sampling.hash_coins``: the keying of the from-logits ops' seeded coins), and the op
 then adds 1 to ``rng_state[1]`` in place, so every call (and every CUDA-graph replay) draws fresh

@@ -32,7 +32,7 @@ What differs (also in ``docs/compat.md``):
   dtype only. The first call with a pattern must not be inside a CUDA graph capture (the copy's
   pinned source would not outlive it).
 * Coins: without generators, the native op draws them from spec_hal's counter-based stream
-  (``rng_state=``: hashed in its first launch, graph-safe, no extra launch; seeded from torch's
+  (``rng_state=``: hashed in a one-program launch before its kernel, graph-safe; seeded from torch's
   default generator at first use); with generators, one float32 draw of ``T + bs`` uniforms
   covers the unseeded requests' step and final coins (vLLM draws float64 uniforms over the flat
   drafts); a seeded request's step coins are its generator's float64 draws over its drafts, exactly as vLLM's

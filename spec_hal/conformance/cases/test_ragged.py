@@ -268,6 +268,43 @@ def test_draft_aligned_bounded(backend, name, op):
     assert_same_verdict(out, expected)
 
 
+@pytest.mark.spec_hal_op("verify_chain_sampling_ragged")
+@pytest.mark.parametrize("aligned", (False, True))
+@pytest.mark.parametrize("op", ("verify_chain_ragged", "verify_chain_sampling_ragged"))
+def test_ragged_large_batch(backend, op, aligned):
+    """4500 requests (int32 counts 0..4, a quarter 0): where a request's rows start depends on
+    every count before it, and a kernel may split that sum across programs (the Triton kernels:
+    past 4096 requests under the interpreter, in steps of 1024 counts on a GPU); the reference's
+    verdict for each layout."""
+    bs, vocab = 4500, 16
+    generator = torch.Generator().manual_seed(4500 + 2 * aligned + len(op))
+    counts_t = torch.randint(0, MAX_DRAFTS + 1, (bs,), generator=generator, dtype=torch.int32)
+    counts_t[::4] = 0
+    total = int(counts_t.sum())
+    rows = total if aligned else total + bs
+    target_probs = torch.softmax(torch.randn(rows, vocab, generator=generator) * 3, dim=1)
+    # Draft j is tested at flat row d_b + j (aligned) or r_b + j = d_b + j + b: matching it there
+    # most of the time gives chains of every length.
+    request = torch.repeat_interleave(torch.arange(bs), counts_t.to(torch.int64))
+    tested_rows = torch.arange(total) + (0 if aligned else request)
+    drafts = torch.randint(0, vocab, (total,), generator=generator)
+    drafts = torch.where(torch.rand(total, generator=generator) < 0.8, target_probs[tested_rows].argmax(dim=1), drafts)
+    coins, final_coins = torch.rand(total, generator=generator), torch.rand(bs, generator=generator)
+    kwargs = {"bonus_tokens": torch.randint(0, vocab, (bs,), generator=generator)} if aligned else {}
+    device = backend.device
+    if op == "verify_chain_ragged":  # target token ids: logits would be 13500 argmax programs under the interpreter
+        target = target_probs.argmax(dim=1)
+        expected = reference.verify_chain_ragged(drafts, counts_t, target, max_drafts=MAX_DRAFTS, **kwargs)
+        verdict = call_without_sync(device, backend.verify_chain_ragged, drafts, counts_t, target, max_drafts=MAX_DRAFTS, **kwargs)
+    else:
+        expected = reference.verify_chain_sampling_ragged(drafts, counts_t, None, target_probs, coins, final_coins, max_drafts=MAX_DRAFTS,
+                                                          **kwargs)
+        verdict = call_without_sync(device, backend.verify_chain_sampling_ragged, drafts, counts_t, None, target_probs, coins, final_coins,
+                                    max_drafts=MAX_DRAFTS, **kwargs)
+    assert int(expected.num_correct.max()) == MAX_DRAFTS and int(expected.num_correct[counts_t > 0].min()) == 0  # the case's range
+    assert_same_verdict(verdict, expected)
+
+
 @pytest.mark.spec_hal_op("verify_chain_ragged")
 def test_draft_aligned_rejects_bad_input(backend):
     """bonus_tokens of the wrong shape or dtype, and targets with the bonus-row count of rows."""
