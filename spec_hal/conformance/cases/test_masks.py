@@ -99,6 +99,47 @@ def test_apply_token_bitmask(backend, vocab, indexed, dtype, rows):
     assert (view.cpu()[~allowed] == float("-inf")).all() if rows else True
 
 
+_BITS_OF = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+@pytest.mark.spec_hal_op("apply_token_bitmask_")
+@pytest.mark.parametrize("dtype", list(_BITS_OF))
+@pytest.mark.parametrize("indexed", (False, True))
+def test_apply_token_bitmask_runs(backend, dtype, indexed):
+    """Masks in runs (allowed and masked stretches of 1-96 ids) over an odd vocabulary, so that
+    32-byte stretches of a row are wholly allowed, wholly masked or mixed (a kernel may treat
+    them apart: kernels/masks.py), the last one cut by the vocabulary's end; logits with NaNs of
+    several payloads and infinities. Every bit of the row is the reference's: allowed values
+    (NaN payloads included) untouched, masked ones -inf, and nothing around the view written."""
+    rows, vocab = 6, 4099
+    generator = torch.Generator().manual_seed(4099 + len(str(dtype)) + indexed)
+    lengths = torch.randint(1, 97, (rows * vocab,), generator=generator)
+    state = torch.repeat_interleave(torch.arange(lengths.shape[0]) % 2 == 0, lengths)[: rows * vocab]
+    allowed_rows = state.view(rows, vocab).clone()
+    allowed_rows[0] = False  # a row allowing nothing: every sector wholly masked
+    bitmask = masks.pack_bitmask(allowed_rows)
+    index = torch.tensor([0, -1, 2, 3, -1, 5], dtype=torch.int32) if indexed else None
+    logits = (torch.randn(rows, vocab, generator=generator) * 3).to(dtype)
+    bits = logits.view(_BITS_OF[dtype])
+    bits[:, 5::17] = torch.tensor(float("nan"), dtype=dtype).view(_BITS_OF[dtype]) + 1  # a NaN with another payload
+    logits[:, 7::19] = float("nan")
+    logits[:, 3::23] = float("inf")
+    logits[:, 11::29] = float("-inf")
+    expected = masks.apply_token_bitmask_(logits.clone(), bitmask, bitmask_index=index)
+    sector = 32 // logits.element_size()
+    kinds = allowed_rows[:, : vocab // sector * sector].reshape(-1, sector).sum(dim=1)
+    assert (kinds == 0).any() and (kinds == sector).any() and ((kinds > 0) & (kinds < sector)).any()  # the case's range
+    outer = torch.full((rows + 2, vocab + 45), 5.0, dtype=dtype, device=backend.device)
+    view = outer[1:rows + 1, 3:vocab + 3]
+    view.copy_(logits)
+    before = outer.clone()
+    call_without_sync(backend.device, backend.apply_token_bitmask_, view, bitmask, bitmask_index=index)
+    assert torch.equal(view.cpu().view(_BITS_OF[dtype]), expected.view(_BITS_OF[dtype])), "not every bit is the reference's"
+    outside = torch.ones_like(outer, dtype=torch.bool)
+    outside[1:rows + 1, 3:vocab + 3] = False
+    assert torch.equal(outer[outside].cpu(), before[outside].cpu()), "a logit outside the view was written"
+
+
 # ----------------------------------------------------------------------------------------------
 # draft_topk
 
