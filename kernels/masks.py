@@ -139,10 +139,10 @@ def tile_allowed(mask_ptr, base, constrained, first_col, width, BLOCK: tl.conste
 def _apply_bitmask_kernel(logits_ptr, stride_row, stride_col, vocab, mask_ptr, index_ptr, num_masks, width,
                           BLOCK: tl.constexpr, HAS_INDEX: tl.constexpr, SECTOR: tl.constexpr):
     """One row's BLOCK ids, as (BLOCK / SECTOR, SECTOR) groups of 32 bytes. A -inf store per masked
-    id (the kernel until 2026-11-30) wrote sectors partially: 1.4-1.9x the time of a logits copy
-    with 30% of the ids masked at random, 1.2-1.7x with 99.5% (H200); whole sectors, read only
-    where mixed, measured 0.34-1.13x of a copy over those masks and a few masked or allowed in
-    runs (BENCHMARKS.md, forty-fourth session)."""
+    id (the kernel until 2026-11-30: scalar stores, sectors written partially) took 1.4-1.9x the
+    time of a logits copy with 30% of the ids masked at random and 1.05-1.7x with 99.5% (H200, up
+    to 311 MB of logits); whole sectors, read only where mixed, 0.23-1.12x over those masks, 0.5%
+    masked and runs (BENCHMARKS.md, forty-fourth session)."""
     row = tl.program_id(0)
     first_col = tl.program_id(1) * BLOCK
     base, constrained = mask_row_base(index_ptr, row, True, num_masks, width, HAS_INDEX)

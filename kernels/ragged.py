@@ -155,7 +155,7 @@ def verify_chain_sampling_ragged(draft_tokens: torch.Tensor, num_draft_tokens: t
                                  bonus_tokens: Optional[torch.Tensor] = None, rng_state: Optional[torch.Tensor] = None,
                                  out: Optional[Verdict] = None, target: KernelTarget) -> Verdict:
     """Triton provider of ``verify_chain_sampling_ragged``: the chain sampling kernel reads the flat rows in place (RAGGED)."""
-    bs, total, nodes, out = _ragged_verdict(draft_tokens, num_draft_tokens, max_drafts, out)
+    bs, total, _, out = _ragged_verdict(draft_tokens, num_draft_tokens, max_drafts, out)
     if bs == 0 or (total == 0 and bonus_tokens is not None):  # nothing to sample; a stream still advances
         if rng_state is not None:
             rng_state[1:].add_(1)

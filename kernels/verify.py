@@ -663,8 +663,8 @@ def _chain_sampling_kernel(draft_ids_ptr, draft_probs_ptr, stride_qb, stride_qn,
     (draft -1, coin 0, q = 0); a request whose root row is past the flat end emits token 0 (the
     reference's padded zero row). RAGGED and BONUS: the draft-aligned layout (T target rows):
     draft j and its target row are both flat index d_b + j, a chain is cut at the flat end, and a
-    fully accepted chain ends with bonus[b] (no row is read for it). Otherwise (and for the error flag's index, b * S + j) the padded
-    (bs, S) / (bs, S+1) layout. SCALAR_REDUCE (BLOCK_R = 1): the reductions over the lanes give
+    fully accepted chain ends with bonus[b] (no row is read for it). Otherwise (and for the error
+    flag's index, b * S + j) the padded (bs, S) / (bs, S+1) layout. SCALAR_REDUCE (BLOCK_R = 1): the reductions over the lanes give
     scalars (``_lanes_reduce``: the AMD launches and the ragged ones)."""
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
