@@ -310,9 +310,14 @@ def _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, st
     its tiles, so the vector loads went through shared memory and two barriers a tile to reach it;
     without them the fused walk took 0.73-0.84x its time at V 151936 (H200, BENCHMARKS.md,
     forty-second session).
-    The every-row passes keep vector loads: with scalar ones the every-row verify took 1.14-1.25x
-    its time with top-k 50 and top-p 0.95 (0.86-0.91x with temperature alone), with the scalar
-    bounds alone 0.98-1.00x (same session)."""
+    Of the every-row passes, the kept and probability passes (which gather from the table too)
+    take scalar loads since the forty-fifth session: with vector loads their tile loops held two
+    barriers and a shared-memory round trip a tile (SASS, sm_90, Triton 3.6: kept 648 -> 496
+    instructions, 11 -> 2 barriers, 64 -> 44 registers; probabilities 920 -> 776, 10 -> 2); the
+    every-row verify then took 0.83-0.97x its time, process_logits 0.84-0.97x (H200). The other
+    passes keep vector loads: with scalar loads in every pass the every-row verify took 1.14-1.25x
+    its time with top-k 50 and top-p 0.95 (forty-second session), and the level-bin and window
+    passes gain no barrier-free loop from them (the window pass 43 -> 61 barriers)."""
     start = _tile_start(chunk, chunk_len, tile, BLOCK)
     room = tl.minimum(vocab, (chunk + 1) * chunk_len) - start
     lanes = tl.arange(0, BLOCK)
@@ -827,12 +832,14 @@ def _kept_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, row
                 key_cut = tl.where(crossing, cut_k * ID_SCALE + id_cut, key_cut)
                 chunk_key_cut = tl.where(crossing, key_cut, chunk_key_cut)
     # Per-lane sums, reduced once after the chunk: a (rows, tile) sum per tile synchronised the
-    # program's warps at every tile.
+    # program's warps at every tile. One logit a thread a load, as in the probability pass
+    # (_raw_tile's SCALAR_LOADS: the table gather's layout without a shared-memory round trip).
     kept_sums = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
-    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
+    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
     uncut = _uncut(row_ok, greedy, chunk_key_cut, level_cut, min_weight)
     for tile in range(chunk_len // BLOCK_V):
-        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V,
+                                        SCALAR_LOADS=True)
         kept_sums += _pass_weights(uncut, x, cols[None, :], ok, row_max, argmax, scale, greedy, chunk_key_cut, level_cut, min_weight,
                                    table_ptr, True)
     tl.store(kept_ptr + row.to(tl.int64) * chunks + chunk, tl.sum(kept_sums, axis=1), mask=row_ok)
@@ -892,10 +899,11 @@ def _probs_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_len, ro
         min_p_value, tensor_params, max_ptr, arg_ptr, sum_ptr, cuts_ptr, kept_ptr, lse_ptr, row_ok & (row * 0 + tl.program_id(0) == 0),
         chunks, C_PAD, WANT_LSE)
     row_offsets = row.to(tl.int64) * stride_row
-    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, first_tile, vocab, stride_col, BLOCK_V)
+    ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, first_tile, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
     uncut = _uncut(row_ok, greedy, key_cut, level_cut, min_weight)
     for tile in range(first_tile, tl.minimum(first_tile + part_tiles, tiles)):
-        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V,
+                                        SCALAR_LOADS=True)
         kept = _pass_weights(uncut, x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr, True)
         tl.store(probs_ptr + row.to(tl.int64)[:, None] * vocab + cols[None, :], _probabilities(kept, kept_total), mask=ok)
 
@@ -1000,9 +1008,11 @@ def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
     # 128 ids a level-bin tile on AMD: 256 spilled 9-12 VGPRs on gfx942 with Triton 3.6 (the first pass,
     # 32 chunks; 3.9 is clean); offline compile matrix.
     bins_block = min(block_v, 128 if target.vendor == "amd" else 256)
-    # 512 ids a tile in the kept pass: 1024 left a 24 B local frame on sm_100 with the tie search,
-    # and 64 (a tiny vocabulary's half tile) an 8 B one; offline compile matrix, Triton 3.9.
-    kept_block = max(block_v // 2, 128)
+    # The kept pass's tile is the max pass's. It was half of it (1024 ids kept a 24 B local frame
+    # on sm_100 with the tie search, Triton 3.9) until its tiles took scalar loads (_raw_tile),
+    # which compile frame-free at 1024 on the six targets with both Tritons; H200: 0.91-1.00x the
+    # time of 512 with scalar loads (BENCHMARKS.md, forty-fifth session).
+    kept_block = block_v
     chunk_len = cdiv(cdiv(vocab, _chunks_wanted(target, rows, vocab)), block_v) * block_v  # the chunks: at most the wanted
     return SplitLaunch(1, cdiv(vocab, chunk_len), chunk_len, block_v, bins_block, kept_block, target.warps(256),
                        SEARCH_MAXNREG if target.vendor == "nvidia" else 0)
