@@ -1010,8 +1010,9 @@ def split_launch(target: KernelTarget, rows: int, vocab: int) -> SplitLaunch:
     bins_block = min(block_v, 128 if target.vendor == "amd" else 256)
     # The kept pass's tile is the max pass's. It was half of it (1024 ids kept a 24 B local frame
     # on sm_100 with the tie search, Triton 3.9) until its tiles took scalar loads (_raw_tile),
-    # which compile frame-free at 1024 on the six targets with both Tritons; H200: 0.91-1.00x the
-    # time of 512 with scalar loads (BENCHMARKS.md, forty-fifth session).
+    # which compile frame-free at 1024 on the six targets with Triton 3.9 and on sm_90 and gfx942
+    # with 3.6 (offline compile matrix); H200: 0.91-1.00x the time of 512 with scalar loads
+    # (BENCHMARKS.md, forty-fifth session). AMD takes the same tile and loads, not timed (no AMD GPU).
     kept_block = block_v
     chunk_len = cdiv(cdiv(vocab, _chunks_wanted(target, rows, vocab)), block_v) * block_v  # the chunks: at most the wanted
     return SplitLaunch(1, cdiv(vocab, chunk_len), chunk_len, block_v, bins_block, kept_block, target.warps(256),
