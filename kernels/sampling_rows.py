@@ -73,6 +73,13 @@ KEEP_ALL_KEY = tl.constexpr(semantics.LEVEL_MAX * (1 << semantics.ID_BITS) + (1 
 # leaves a window of 2^12 levels for the second.
 DIGIT_BINS = tl.constexpr(16)
 FIRST_SHIFT = tl.constexpr(12)
+# The first pass's weights by digit (_level_bins_kernel): a level is at most LEVEL_MAX (digit 10),
+# and a weight is 2^39 * 2^(-level / 1024) rounded, so digits 8 and 9 weigh at most 2^7 and 2^3 an
+# id and digit 10 nothing. Digits 0-7 take an int64 sum each; 8 and 9 share one int64 a lane, a
+# 32-bit field each (at most 2^23 ids a row: a field sums to less than 2^30).
+HEAVY_DIGITS = tl.constexpr(8)
+LIGHT_FIELD_BITS = tl.constexpr(32)
+LIGHT_FIELD_MASK = tl.constexpr(0xFFFFFFFF)
 WINDOW_LEVELS = 1 << 12
 WINDOW = tl.constexpr(WINDOW_LEVELS)
 PACKED_TILES = tl.constexpr(255)  # tiles a lane counts in 8-bit fields before they are unpacked (one id a lane a tile)
@@ -555,13 +562,16 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
         row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
         min_p_value, tensor_params)
     row_offsets = row.to(tl.int64) * stride_row
-    bins = tl.arange(0, DIGIT_BINS)[None, :, None]
+    heavy = tl.arange(0, HEAVY_DIGITS)[None, :, None]
     # Per-lane sums, reduced once after the chunk (a reduction per tile, two (tile, 16) sums
-    # through shared memory, made this pass 4x slower on the H100). The bins are the middle axis
-    # so that a thread holds all 16 bins of its ids: with them last, the default layout spread
-    # them over 16 lanes, and every tile's digits and weights went through shared memory to reach
-    # them (3 layout conversions a tile: 1.6-1.75x this pass's time now, H100).
-    mass = tl.zeros([BLOCK_R, DIGIT_BINS, BLOCK_V], dtype=tl.int64)
+    # through shared memory, made this pass 4x slower on the H100). The digits are the middle axis
+    # so that a thread holds all of its ids' sums: with them last, the default layout spread them
+    # over 16 lanes, and every tile's digits and weights went through shared memory to reach them
+    # (3 layout conversions a tile: 1.6-1.75x this pass's time now, H100). The weights of digits
+    # 0-7 take a compare, a select and an int64 add each an id, digits 8 and 9 one shifted add
+    # (HEAVY_DIGITS; a select-add for each of the 16 bins took twice the instructions).
+    mass = tl.zeros([BLOCK_R, HEAVY_DIGITS, BLOCK_V], dtype=tl.int64)
+    light = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
     count = tl.zeros([BLOCK_R, DIGIT_BINS], dtype=tl.int64)
     any_top_p = tl.max(use_top_p.to(tl.int32), axis=0) > 0
     any_top_k = tl.max(use_top_k.to(tl.int32), axis=0) > 0
@@ -585,13 +595,22 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
                 if any_top_p:
                     counted = ok & use_top_p[:, None]
                     weight = _weights(level, table_ptr, counted)
-                    mass += tl.where(digit[:, None, :] == bins, weight[:, None, :], 0)
+                    mass += tl.where(digit[:, None, :] == heavy, weight[:, None, :], 0)
+                    field = tl.minimum(tl.maximum(digit - HEAVY_DIGITS, 0), 1) * LIGHT_FIELD_BITS  # digit 10 weighs 0
+                    light += tl.where(digit >= HEAVY_DIGITS, weight << field.to(tl.int64), 0)
                 if any_top_k:
                     packed_low, packed_high = _packed_count(packed_low, packed_high, digit, ok & use_top_k[:, None])
             if any_top_k:
                 count += _unpacked_counts(packed_low, packed_high)
+    # The 16 bins of mass: digits 0-7, then 8 and 9 from the two fields, then zeros (10-15).
     offsets = (row.to(tl.int64) * chunks + chunk)[:, None] * (2 * DIGIT_BINS) + tl.arange(0, DIGIT_BINS)[None, :]
-    tl.store(bins_ptr + offsets, tl.sum(mass, axis=2), mask=row_ok[:, None])
+    heavy_offsets = (row.to(tl.int64) * chunks + chunk)[:, None] * (2 * DIGIT_BINS) + tl.arange(0, HEAVY_DIGITS)[None, :]
+    lanes = tl.arange(0, HEAVY_DIGITS)[None, :]
+    light_low = tl.sum(light & LIGHT_FIELD_MASK, axis=1)
+    light_high = tl.sum(light >> LIGHT_FIELD_BITS, axis=1)
+    light_bins = tl.where(lanes == 0, light_low[:, None], tl.where(lanes == 1, light_high[:, None], 0))
+    tl.store(bins_ptr + heavy_offsets, tl.sum(mass, axis=2), mask=row_ok[:, None])
+    tl.store(bins_ptr + heavy_offsets + HEAVY_DIGITS, light_bins, mask=row_ok[:, None])
     tl.store(bins_ptr + offsets + DIGIT_BINS, count, mask=row_ok[:, None])
 
 
@@ -977,7 +996,7 @@ class SplitLaunch:
     chunks: int  # per row
     chunk_len: int  # ids a chunk, a multiple of both tiles
     block_v: int  # tile of the max, kept and probability passes
-    bins_block: int  # tile of the level-bin passes ((rows, 16, tile) one-hot sums)
+    bins_block: int  # tile of the level-bin passes ((rows, 8, tile) int64 sums and a packed (rows, tile))
     kept_block: int  # tile of the kept pass
     warps: int
     search_maxnreg: int = 0  # the level-bin and kept passes' register cap (0: none)
