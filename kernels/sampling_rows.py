@@ -51,6 +51,7 @@ from typing import Callable, Optional
 import torch
 import triton
 import triton.language as tl
+from packaging.version import Version
 
 import spec_hal.sampling as semantics
 from spec_hal.types import Verdict
@@ -85,6 +86,12 @@ WINDOW = tl.constexpr(WINDOW_LEVELS)
 PACKED_TILES = tl.constexpr(255)  # tiles a lane counts in 8-bit fields before they are unpacked (one id a lane a tile)
 SEARCH_FIELDS = tl.constexpr(5)  # (top-p prefix, mass below it, top-k prefix, count below it, total weight)
 CUT_FIELDS = tl.constexpr(4)  # (top-p cut, top-k cut, count below the top-k cut, its offset in the window or -1)
+# The window counts' groups of consecutive ids lie along the axis whose lanes a warp fills first
+# (_window_counts_kernel): Triton orders a memory access's axes by its pointer's contiguity, and
+# the atomic adds' addresses (levels) have none, so the tie decides: the first axis in Triton
+# 3.6, the last in 3.7, 3.8 and 3.9 (TTGIR and SASS, sm_90, offline). On the other axis a group
+# spread over the warps, and every tile went through shared memory and barriers to sum it.
+GROUP_AXIS = tl.constexpr(2 if Version(triton.__version__).release >= (3, 7) else 1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -321,10 +328,11 @@ def _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, st
     take scalar loads since the forty-fifth session: with vector loads their tile loops held two
     barriers and a shared-memory round trip a tile (SASS, sm_90, Triton 3.6: kept 648 -> 496
     instructions, 11 -> 2 barriers, 64 -> 44 registers; probabilities 920 -> 776, 10 -> 2); the
-    every-row verify then took 0.83-0.97x its time, process_logits 0.84-0.97x (H200). The other
-    passes keep vector loads: with scalar loads in every pass the every-row verify took 1.14-1.25x
-    its time with top-k 50 and top-p 0.95 (forty-second session), and the level-bin and window
-    passes gain no barrier-free loop from them (the window pass 43 -> 61 barriers)."""
+    every-row verify then took 0.83-0.97x its time, process_logits 0.84-0.97x (H200). The max
+    and level-bin passes keep vector loads: with scalar loads in every pass the every-row verify
+    took 1.14-1.25x its time with top-k 50 and top-p 0.95 (forty-second session), and the
+    level-bin pass gains no barrier-free loop from them. The window pass loads one logit a load
+    in groups of its own (``_raw_groups``)."""
     start = _tile_start(chunk, chunk_len, tile, BLOCK)
     room = tl.minimum(vocab, (chunk + 1) * chunk_len) - start
     lanes = tl.arange(0, BLOCK)
@@ -615,20 +623,41 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
 
 
 @triton.jit
-def _count_in_window(window, above, inside, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
-    """Add one at ``window`` (R,) + ``above`` (R, BLOCK_V) for each id ``inside``, with relaxed
-    atomics. A group of 128 ids (a warp's, on NVIDIA) whose ids inside share one level adds its
-    count at once: atomic adds at one address wait on each other, and every id of a constant row
-    (or of a run of equal logits) has one level (H200, 256 rows of 151936 zeros: 1202 us with an
-    add an id)."""
-    GROUP: tl.constexpr = 128 if BLOCK_V > 128 else BLOCK_V
-    above = tl.reshape(above, (BLOCK_R, BLOCK_V // GROUP, GROUP))
-    inside = tl.reshape(inside, (BLOCK_R, BLOCK_V // GROUP, GROUP))
-    low = tl.min(tl.where(inside, above, WINDOW), axis=2)
-    high = tl.max(tl.where(inside, above, -1), axis=2)  # low == high: one level (and some id inside)
-    count = tl.sum(inside.to(tl.int32), axis=2)
-    tl.atomic_add(window[:, None] + low, count, mask=low == high, sem="relaxed")
-    tl.atomic_add(window[:, None, None] + above, 1, mask=inside & (low != high)[:, :, None], sem="relaxed")
+def _group_lanes(BLOCK: tl.constexpr, GROUP: tl.constexpr):
+    """The lane indices of a tile in groups of GROUP consecutive ids along axis GROUP_AXIS:
+    (1, BLOCK // GROUP, GROUP) or (1, GROUP, BLOCK // GROUP) (see ``_window_counts_kernel``)."""
+    if GROUP_AXIS == 2:
+        lanes = tl.arange(0, GROUP)[None, None, :] + tl.arange(0, BLOCK // GROUP)[None, :, None] * GROUP
+    else:
+        lanes = tl.arange(0, GROUP)[None, :, None] + tl.arange(0, BLOCK // GROUP)[None, None, :] * GROUP
+    return tl.max_contiguous(lanes, [1, 1, 1])  # one logit a load: the layout of the atomic adds
+
+
+@triton.jit
+def _raw_groups(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK: tl.constexpr, GROUP: tl.constexpr):
+    """``_raw_tile`` as (R, ...) of ``_group_lanes``: -inf past the row, the chunk or ``row_ok``."""
+    start = _tile_start(chunk, chunk_len, tile, BLOCK)
+    room = tl.minimum(vocab, (chunk + 1) * chunk_len) - start
+    lanes = _group_lanes(BLOCK, GROUP)
+    ok = row_ok[:, None, None] & (lanes < room)
+    base = logits_ptr + (row_offsets + start.to(tl.int64) * stride_col)
+    return tl.load(base[:, None, None] + lanes * stride_col, mask=ok, other=float("-inf"))
+
+
+@triton.jit
+def _count_in_window(window, above, inside, first):
+    """Add one at ``window`` (R,) + ``above`` (R, ...) of ``_group_lanes`` for each id ``inside``,
+    with relaxed atomics. A group (axis GROUP_AXIS) whose ids inside share one level adds its
+    count at once, at its ``first`` lane: atomic adds at one address wait on each other, and every
+    id of a constant row (or of a run of equal logits) has one level (H200, 256 rows of 151936
+    zeros: 1202 us with an add an id; process_logits with top-k 50 and top-p 0.9 on them, 884 us
+    with groups of 32)."""
+    low = tl.expand_dims(tl.min(tl.where(inside, above, WINDOW), axis=GROUP_AXIS), GROUP_AXIS)
+    high = tl.expand_dims(tl.max(tl.where(inside, above, -1), axis=GROUP_AXIS), GROUP_AXIS)
+    count = tl.expand_dims(tl.sum(inside.to(tl.int32), axis=GROUP_AXIS), GROUP_AXIS)
+    single = low == high  # one level, and some id inside
+    tl.atomic_add(window[:, None, None] + tl.where(single, low, above), tl.where(single, count, 1), mask=tl.where(single, first, inside),
+                  sem="relaxed")
 
 
 @triton.jit
@@ -644,6 +673,11 @@ def _window_counts_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk
     heaviest fall in them. The counts are per chunk because the tie split needs each chunk's count
     at the top-k cut level (``_kept_kernel``). The weights follow from the levels, so these counts
     are all that the exact cuts need (``_window_fold_kernel``, ``_window_cuts_kernel``)."""
+    # Groups of 32 ids, one a lane, so that a warp holds whole groups and their sums are warp
+    # reductions; the loads and the adds share that layout (GROUP_AXIS): with vector loads, 128-id
+    # groups and two adds, every tile went through 20 barriers (sm_90, Triton 3.6 and 3.9), and the
+    # every-row verify took 1.01-1.02x its time with top-k/top-p (H200, forty-sixth session).
+    GROUP: tl.constexpr = 32 if BLOCK_V > 32 else BLOCK_V
     chunk = tl.program_id(0)
     row, row_ok = _row_block(1, rows, BLOCK_R)
     greedy, scale, top_k, top_p, _, use_top_p, use_top_k = _searching_rows(
@@ -663,14 +697,18 @@ def _window_counts_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk
         row_offsets = row.to(tl.int64) * stride_row
         window_p = counts_ptr + ((row.to(tl.int64) * chunks + chunk) * 2) * WINDOW
         window_k = window_p + WINDOW
-        ahead = _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V)
+        lanes = _group_lanes(BLOCK_V, GROUP)
+        first = lanes % GROUP == 0
+        ahead = _raw_groups(logits_ptr, row_offsets, row_ok, chunk, chunk_len, 0, vocab, stride_col, BLOCK_V, GROUP)
         for tile in range(chunk_len // BLOCK_V):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK_V)
-            level = _levels(x, row_max, scale, tl.int32)
-            above_p = level - prefix_p.to(tl.int32)[:, None]
-            _count_in_window(window_p, above_p, ok & use_top_p[:, None] & (above_p >= 0) & (above_p < WINDOW), BLOCK_R, BLOCK_V)
-            above_k = level - prefix_k.to(tl.int32)[:, None]
-            _count_in_window(window_k, above_k, ok & use_top_k[:, None] & (above_k >= 0) & (above_k < WINDOW), BLOCK_R, BLOCK_V)
+            raw = ahead
+            ahead = _raw_groups(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile + 1, vocab, stride_col, BLOCK_V, GROUP)
+            ok = row_ok[:, None, None] & (lanes < vocab - _tile_start(chunk, chunk_len, tile, BLOCK_V))
+            level = _distance_levels(row_max[:, None, None] - _sanitized(raw, ok), scale[:, None, None], tl.int32)
+            above_p = level - prefix_p.to(tl.int32)[:, None, None]
+            _count_in_window(window_p, above_p, ok & use_top_p[:, None, None] & (above_p >= 0) & (above_p < WINDOW), first)
+            above_k = level - prefix_k.to(tl.int32)[:, None, None]
+            _count_in_window(window_k, above_k, ok & use_top_k[:, None, None] & (above_k >= 0) & (above_k < WINDOW), first)
 
 
 @triton.jit
