@@ -496,7 +496,7 @@ def _first_digit(bins_ptr, row, row_ok, chunks, use_top_p, use_top_k, top_p, top
 @triton.jit
 def _summed_window(counts_ptr, row, row_ok, chunks, offsets, SEARCH: tl.constexpr, C_PAD: tl.constexpr):
     """(R, T) int64: the window counts of search SEARCH at levels ``offsets`` (T,) summed over the
-    chunks, 8 chunks a load in a loop to ``chunks`` (all C_PAD chunks of 256 levels in one load,
+    chunks, 8 chunks a load in a loop to ``chunks`` (all C_PAD chunks of a 256-level tile in one load,
     or a loop to C_PAD, spilled 78-93 SGPRs on gfx90a/gfx942/gfx950 at 32 chunks in the generic
     spec; offline compile matrix)."""
     total = tl.zeros([row.shape[0], offsets.shape[0]], dtype=tl.int64)
@@ -1038,7 +1038,11 @@ class SplitLaunch:
     kept_block: int  # tile of the kept pass
     warps: int
     search_maxnreg: int = 0  # the level-bin and kept passes' register cap (0: none)
-    cuts_tile: int = 256  # window levels a program of ``_window_fold_kernel`` (a tile of the cuts)
+    # Window levels a program of ``_window_fold_kernel`` (a tile of the cuts). 1024: fewer, larger
+    # programs; the every-row verify and process_logits with top-k/top-p took 0.94-0.96x their
+    # time at 256 (H200, bs 8-64, V 32000 and 151936, same results; 512: 0.96-1.00x, 128:
+    # 0.98-1.12x; BENCHMARKS.md, forty-sixth session).
+    cuts_tile: int = 1024
 
     @property
     def search_options(self) -> dict:
