@@ -1004,14 +1004,15 @@ def process_logits(logits: torch.Tensor, *, temperature, top_k=0, top_p=1.0, min
 
 def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, target_logits: torch.Tensor, *, temperature, top_k=0,
                                 top_p=1.0, min_p=0.0, seed=None, offset=None, generator=None, coins=None, final_coins=None,
-                                logprobs=None, top_logprobs=0, out: Optional[Verdict] = None, target: KernelTarget) -> semantics.SampledVerdict:
+                                logprobs=None, top_logprobs=0, out: Optional[Verdict] = None, max_top_k: Optional[int] = None,
+                                target: KernelTarget) -> semantics.SampledVerdict:
     """Triton provider of ``verify_sampling_from_logits`` (arguments validated by the caller): the
     fused walk processes only the rows each request stands on."""
     bs, nodes = candidates.shape
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    if _every_row_in_parallel(target, bs * nodes):
+    if _every_row_in_parallel(target, bs * nodes, listed=_top_k_listed(top_k, max_top_k, vocab, target)):
         accept, final = _coins(bs, nodes, logits.device, seed=seed, offset=offset, generator=generator, coins=coins,
                                final_coins=final_coins, target=target)
         probs, lse, out = _rows_for_walk(tree, candidates, logits, accept, final, sampling, want_lse=logprobs == "raw",
@@ -1033,13 +1034,36 @@ def verify_sampling_from_logits(tree: DraftTree, candidates: torch.Tensor, targe
 # bs <= SMs and stop a search that cannot bind (2026-11-27, nineteenth session, same lease,
 # identical verdicts): at 384 rows the fused walk wins (every-row / fused 1.12-1.23x at V 151936,
 # 1.24-1.33x at V 32000), at 264 rows every row does (0.87x and 0.98x, bs 66 N 4): 2 rows per SM.
+# Re-measured on the H200 (132 SMs, 2026-11-30, forty-seventh session, both routes forced, bf16,
+# identical verdicts) since the fused walk lists small top-k (LIST_TOP_K_MAX): still 2 rows per SM
+# with temperature alone (every-row / fused 0.71-0.87x at 256 rows, 1.12-1.42x at 512), min-p
+# (0.60-0.75x, 1.01-1.27x) and the level searches, top-p alone or top-k > 128 (0.49-0.64x at 256
+# rows, 0.91-1.09x at 512).
 EVERY_ROW_ROWS_PER_SM = 2
+# When every sampled request's top-k is listed, the fused walk's cut costs about one more pass of
+# a row, flat in the batch, and the every-row path's searches grow with the rows: tree verify at
+# V 151936 and 128256, every-row / fused 0.62-0.65x at 48 rows, 0.91-0.99x at 80, 1.01-1.11x at 96
+# (N 4, 8 and 16; top-k 20-128, with top-p or not), 2.3x at 256; at V 32000 0.74-0.89x at 64 rows,
+# 1.16-1.40x at 96. Chains walk one row at a time up to the first rejection, so their crossover
+# comes later: 0.90-0.93x at 128 rows, 1.73x at 256 (V 151936, top-k 50 + top-p 0.95).
+LISTED_TREE_ROWS_PER_SM = 0.6
+LISTED_CHAIN_ROWS_PER_SM = 1.0
 
 
-def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
+def _top_k_listed(top_k, max_top_k: Optional[int], vocab: int, target: KernelTarget) -> bool:
+    """Whether every sampled request's top-k cut is one the fused walk lists (0 < k < V, k <= its
+    LIST_TOP_K), as the host knows it without reading a tensor: from a number ``top_k``, else from
+    the caller's ``max_top_k`` bound (a top-k that is off counts as V)."""
+    bound = max_top_k if isinstance(top_k, torch.Tensor) else (top_k if 0 < top_k < vocab else vocab)
+    return bound is not None and bound < vocab and bound <= fused_list_top_k(target)
+
+
+def _every_row_in_parallel(target: KernelTarget, rows: int, *, listed: bool, chain: bool = False) -> bool:
     """Whether to process every row (kernels/sampling_rows.py, the whole GPU on every row) and
     then walk, rather than run the fused walk (one program per request processes the rows on its
     path one after another: few rows' work, but a small batch uses a few SMs for milliseconds).
+    ``listed``: every sampled request's top-k cut is listed (``_top_k_listed``), which makes the
+    fused walk cheaper; ``chain``: the walk is a chain's.
     The interpreter always runs the fused walk (the conformance suite checks it there at every
     size; the split processing is checked there through ``process_logits``, the chains with draft
     probabilities, top_logprobs and tests/test_sampling_split.py). AMD never runs the fused walk
@@ -1047,7 +1071,10 @@ def _every_row_in_parallel(target: KernelTarget, rows: int) -> bool:
     with two; offline compile matrix), so it is not compiled for AMD until that is solved."""
     if target.vendor == "amd":
         return True
-    return target.vendor != "interpreter" and rows <= EVERY_ROW_ROWS_PER_SM * target.multiprocessors
+    if target.vendor == "interpreter":
+        return False
+    rows_per_sm = (LISTED_CHAIN_ROWS_PER_SM if chain else LISTED_TREE_ROWS_PER_SM) if listed else EVERY_ROW_ROWS_PER_SM
+    return rows <= rows_per_sm * target.multiprocessors
 
 
 def _rows_for_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor, accept: torch.Tensor, final: torch.Tensor,
@@ -1187,7 +1214,7 @@ def _chain_parts(bs: int, steps: int, device) -> tuple[DraftTree, torch.Tensor, 
 def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Optional[torch.Tensor], target_logits: torch.Tensor, *,
                                       temperature, top_k=0, top_p=1.0, min_p=0.0, seed=None, offset=None, generator=None, coins=None,
                                       final_coins=None, logprobs=None, top_logprobs=0, out: Optional[Verdict] = None,
-                                      target: KernelTarget) -> semantics.SampledVerdict:
+                                      max_top_k: Optional[int] = None, target: KernelTarget) -> semantics.SampledVerdict:
     """Triton provider of ``verify_chain_sampling_from_logits`` (arguments validated by the caller).
     Without draft_probs the chain runs through the fused tree walk (a chain is a tree with one
     child per level; the accept test ``u < p(x)`` and the residual ``p`` without x are the same),
@@ -1198,7 +1225,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    if draft_probs is None and not _every_row_in_parallel(target, bs * nodes):
+    if draft_probs is None and not _every_row_in_parallel(target, bs * nodes, listed=_top_k_listed(top_k, max_top_k, vocab, target), chain=True):
         chain, zero_ids, zero_coins = _chain_parts(bs, steps, draft_ids.device)
         candidates = torch.cat([zero_ids, draft_ids.to(torch.int64)], dim=1)
         tree_coins = tree_final = None
@@ -1235,7 +1262,7 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
 PROVIDERS = {
     "process_logits": (process_logits, "kernels/sampling_rows.py: rows split along the vocabulary, cut searches by 16 level bins then window counts"),
     "verify_sampling_from_logits": (verify_sampling_from_logits,
-                                    "kernels/sampling.py: every row split + walk up to 2 rows per SM, else the fused walk over path rows"),
+                                    "kernels/sampling.py: every row split + walk up to 2 rows per SM (0.6 with listed top-k), else the fused walk over path rows"),
     "verify_chain_sampling_from_logits": (verify_chain_sampling_from_logits,
                                           "kernels/sampling.py: fused walk (greedy drafter) or every row + kernels/verify.py chain walk"),
 }

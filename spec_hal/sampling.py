@@ -66,6 +66,14 @@ Randomness (exactly one source per call; none needed when ``temperature`` is the
   drawn from it (eager use; batch-dependent by nature).
 * ``coins`` and ``final_coins``: the caller's, as in ``verify_sampling``.
 
+Route hint: ``max_top_k`` (the two verify ops), a Python int bounding the top-k of every sampled
+request (temperature > 0), a top-k that is off (0, or >= V) counting as V. Results never depend
+on it: a backend may use it to choose how to compute (the Triton provider chooses between
+processing every row and the fused walk, whose top-k cut is cheap when every request's k is
+small, without reading a top_k tensor on the host). A number ``top_k`` is checked against it; a
+tensor in checked mode (its values are on the device), and the default mode trusts it, so a bound
+that is too low costs time, never a wrong token. The reference ignores it.
+
 Logprobs: ``logprobs="processed"`` gives ``log(probs[row, token])`` of the processed row,
 ``"raw"`` the log-softmax of the raw (sanitised, untempered) logits; ``(bs, S+1)`` float32 where
 column k is the k-th emitted token (the accepted drafts, then the final token), NaN from
@@ -178,6 +186,29 @@ def _check_sampling_params(rows: int, device, temperature, top_k, top_p, min_p) 
     _check_param("min_p", min_p, rows, device, low=0.0, high=1.0, low_open=False)
 
 
+def _check_max_top_k(max_top_k, temperature, top_k, vocab: int) -> None:
+    """None, or an int >= 1 at least every sampled request's top-k (a top-k that is off counting
+    as V; module docstring, "Route hint"). A number ``top_k`` is checked always (unless the
+    temperature is the number 0: no request samples), a tensor in checked mode only, where
+    requests whose temperature tensor entry is not > 0 (greedy) are left out. Call after
+    ``_check_sampling_params``."""
+    if max_top_k is None:
+        return
+    checks.integer("max_top_k", max_top_k, low=1)
+    greedy = not isinstance(temperature, torch.Tensor) and not temperature > 0
+    if greedy or (isinstance(top_k, torch.Tensor) and not checks.value_checks_enabled()):
+        return
+    if isinstance(top_k, torch.Tensor):
+        effective = torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
+        if isinstance(temperature, torch.Tensor):
+            effective = torch.where(temperature > 0, effective, 0)
+        highest = int(effective.max()) if effective.numel() else 0
+    else:
+        highest = top_k if 0 < top_k < vocab else vocab
+    if highest > max_top_k:
+        raise checks.InvalidInput("max_top_k", f"an int >= every sampled request's top-k (off counts as V = {vocab})", max_top_k)
+
+
 def _check_logits(name: str, value, rows: int, device) -> int:
     """(rows, V) or (bs, rows/bs, V) float logits; returns V."""
     checks.tensor(name, value, dtypes=checks.FLOAT_DTYPES, device=device)
@@ -234,11 +265,12 @@ def check_process_logits(logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0, 
 
 def check_verify_sampling_from_logits(tree, candidates, target_logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0, seed=None,
                                       offset=None, generator=None, coins=None, final_coins=None, logprobs=None, top_logprobs=0,
-                                      out=None) -> None:
+                                      out=None, max_top_k=None) -> None:
     bs, nodes, device = verify._check_tree(tree)
     checks.tensor("candidates", candidates, dtypes=checks.INDEX_DTYPES, device=device, shape=(bs, nodes))
     vocab = _check_logits("target_logits", target_logits, bs * nodes, device)
     _check_sampling_params(bs, device, temperature, top_k, top_p, min_p)
+    _check_max_top_k(max_top_k, temperature, top_k, vocab)
     _check_randomness(bs, nodes, device, temperature, seed, offset, generator, coins, final_coins)
     _check_logprobs(logprobs, top_logprobs, vocab)
     verify._check_verdict_out(out, bs, nodes, tree.num_steps + 1, device)
@@ -248,7 +280,7 @@ def check_verify_sampling_from_logits(tree, candidates, target_logits, *, temper
 
 def check_verify_chain_sampling_from_logits(draft_ids, draft_probs, target_logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0,
                                             seed=None, offset=None, generator=None, coins=None, final_coins=None, logprobs=None,
-                                            top_logprobs=0, out=None) -> None:
+                                            top_logprobs=0, out=None, max_top_k=None) -> None:
     checks.tensor("draft_ids", draft_ids, ndim=2, dtypes=checks.INDEX_DTYPES)
     bs, steps = draft_ids.shape
     device = draft_ids.device
@@ -256,6 +288,7 @@ def check_verify_chain_sampling_from_logits(draft_ids, draft_probs, target_logit
     if draft_probs is not None and verify._check_probs("draft_probs", draft_probs, bs, steps, device) != vocab:
         raise checks.InvalidInput("draft_probs", f"the vocabulary of target_logits (V = {vocab})", f"shape {tuple(draft_probs.shape)}")
     _check_sampling_params(bs, device, temperature, top_k, top_p, min_p)
+    _check_max_top_k(max_top_k, temperature, top_k, vocab)
     _check_randomness(bs, steps, device, temperature, seed, offset, generator, coins, final_coins)
     _check_logprobs(logprobs, top_logprobs, vocab)
     verify._check_verdict_out(out, bs, steps + 1, steps + 1, device)
@@ -524,7 +557,7 @@ def sampled_result_fields(values: dict) -> dict:
 
 def fake_verify_sampling_from_logits(tree, candidates, target_logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0, seed=None,
                                      offset=None, generator=None, coins=None, final_coins=None, logprobs=None, top_logprobs=0,
-                                     out=None) -> SampledVerdict:
+                                     out=None, max_top_k=None) -> SampledVerdict:
     bs, nodes = candidates.shape
     return fake_sampled_verdict(verify.fake_verdict(candidates, bs, nodes, tree.num_steps + 1), logprobs, top_logprobs)
 
@@ -548,6 +581,7 @@ def verify_sampling_from_logits(
     logprobs: Optional[str] = None,
     top_logprobs: int = 0,
     out: Optional[Verdict] = None,
+    max_top_k: Optional[int] = None,
 ) -> SampledVerdict:
     """Tree verification from raw target logits with per-request sampling parameters.
 
@@ -568,6 +602,8 @@ def verify_sampling_from_logits(
         top_logprobs: n >= 0: also the n most likely tokens (by the same logprobs) at every
             emitted position, with their logprobs.
         out: optional Verdict of contiguous int32 buffers.
+        max_top_k: optional int >= every sampled request's top-k (off counts as V): a route hint
+            that never changes the result (module docstring, "Route hint"); ignored here.
 
     Returns:
         SampledVerdict(verdict, logprobs (bs, S+1) float32 or None, top_ids, top_logprobs).
@@ -595,7 +631,7 @@ def one_hot_draft_probs(draft_ids: torch.Tensor, vocab: int) -> torch.Tensor:
 
 def fake_verify_chain_sampling_from_logits(draft_ids, draft_probs, target_logits, *, temperature, top_k=0, top_p=1.0, min_p=0.0,
                                            seed=None, offset=None, generator=None, coins=None, final_coins=None, logprobs=None,
-                                           top_logprobs=0, out=None) -> SampledVerdict:
+                                           top_logprobs=0, out=None, max_top_k=None) -> SampledVerdict:
     bs, steps = draft_ids.shape
     return fake_sampled_verdict(verify.fake_verdict(draft_ids, bs, steps + 1, steps + 1), logprobs, top_logprobs)
 
@@ -619,6 +655,7 @@ def verify_chain_sampling_from_logits(
     logprobs: Optional[str] = None,
     top_logprobs: int = 0,
     out: Optional[Verdict] = None,
+    max_top_k: Optional[int] = None,
 ) -> SampledVerdict:
     """Chain rejection sampling from raw target logits with per-request sampling parameters.
 
@@ -634,7 +671,7 @@ def verify_chain_sampling_from_logits(
             drawn from (for example ``process_logits`` of the draft logits).
         target_logits: (bs*(S+1), V) or (bs, S+1, V) float logits at the root and each draft.
         temperature, top_k, top_p, min_p, seed, offset, generator, coins (bs, S), final_coins,
-            logprobs, top_logprobs, out: as in ``verify_sampling_from_logits``.
+            logprobs, top_logprobs, out, max_top_k: as in ``verify_sampling_from_logits``.
 
     Returns:
         SampledVerdict over a chain of N = S+1 nodes.

@@ -115,7 +115,7 @@ PROBE = textwrap.dedent("""
         # a tree verified from logits through the every-row path (the GPUs' path for small batches;
         # the interpreter's provider otherwise runs the fused walk), with every row's probabilities
         # (process_rows) and with the candidates' and the final rows' alone (process_path_rows)
-        sampling_kernels._every_row_in_parallel = lambda target, rows: True
+        sampling_kernels._every_row_in_parallel = lambda target, rows, **route: True
         tree, candidates = random_tree(2, 5, 3, seed=4, vocab=vocab)
         tree_logits = x.reshape(2, 5, vocab).clone()
         tree_logits[:, :, 7] = 30.0  # candidates 7 are accepted where they appear

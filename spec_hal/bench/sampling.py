@@ -4,13 +4,14 @@ it replaces, and against reading the logits once at the copy bandwidth measured 
 Unfused path (what an engine runs without this op): bf16 logits to float32, divide by the
 per-request temperature, softmax, top-k renormalisation (torch.topk threshold), top-p
 renormalisation (sort + cumsum), then today's ``verify_sampling`` on the backend with coins from
-torch.rand. Fused path: one ``verify_sampling_from_logits`` call with seed/offset tensors, the op
-as shipped (the Triton provider processes every row split along the vocabulary and then walks,
-up to 2 rows per SM, and beyond that runs the fused walk over the rows each request's path
-visits). Parameters: temperature
-0.8, top_k 50, top_p 0.95 for every request (both masks always run); the "temperature only"
-column times the fused call with the masks off (top_k 0, top_p 1), which skips the threshold
-passes.
+torch.rand. Fused path: one ``verify_sampling_from_logits`` call with seed/offset tensors and the
+route hint ``max_top_k`` (an engine knows the largest top-k it set), the op as shipped (the Triton
+provider processes every row split along the vocabulary and then walks up to 0.6 rows per SM when
+the hint says every top-k is listed, 2 otherwise, and beyond that runs the fused walk over the
+rows each request's path visits); "fused, no hint" is the same call without ``max_top_k``.
+Parameters: temperature 0.8, top_k 50, top_p 0.95 for every request (both masks always run); the
+"temperature only" column times the fused call with the masks off (top_k 0, top_p 1), which skips
+the threshold passes.
 
 Memory: the unfused path holds about 8 float32 copies of the logits; shapes whose estimate
 exceeds 60% of the free device memory (after releasing the caching allocator's blocks) are
@@ -36,7 +37,8 @@ SIZES = {
 MEMORY_LIMIT = 60e9
 TEMPERATURE, TOP_K, TOP_P = 0.8, 50, 0.95
 COLUMNS = [Column("bs", "bs", "int"), Column("nodes", "N", "int"), Column("vocab", "V", "int"),
-           Column("fused_us", "fused (us)", "us"), Column("unfused_us", "torch processing + verify_sampling (us)", "us"),
+           Column("fused_us", "fused (us)", "us"), Column("unhinted_us", "fused, no hint (us)", "us"),
+           Column("unfused_us", "torch processing + verify_sampling (us)", "us"),
            Column("speedup", "speed-up", "ratio"), Column("plain_us", "fused, temperature only (us)", "us"), Column("read_once_us", "read logits once (us)", "us"),
            Column("vs_read_once", "fused / read once", "ratio")]
 
@@ -84,7 +86,7 @@ def _memory_limit(device) -> float:
 def run(ctx: Context) -> list[Table]:
     device, backend, sizes = ctx.device, ctx.backend, SIZES[ctx.sizes]
     table = Table("sampling", f"verify_sampling_from_logits vs torch processing + verify_sampling on backend {backend.name}", COLUMNS,
-                  notes=[harness.DEVICE_TIME_NOTE, f"bf16 logits; temperature {TEMPERATURE}, top_k {TOP_K}, top_p {TOP_P} for every request."])
+                  notes=[harness.DEVICE_TIME_NOTE, f"bf16 logits; temperature {TEMPERATURE}, top_k {TOP_K}, top_p {TOP_P} for every request; fused: with max_top_k={TOP_K}."])
     for vocab in sizes["vocabs"]:
         for bs in sizes["batches"]:
             for nodes, steps in sizes["trees"]:
@@ -104,9 +106,12 @@ def run(ctx: Context) -> list[Table]:
                 final_coins = torch.rand(bs, device=device, generator=generator)
                 row_temperature, row_top_p = temperature.repeat_interleave(nodes), top_p.repeat_interleave(nodes)
 
-                def fused():
+                def fused(max_top_k=TOP_K):
                     return backend.verify_sampling_from_logits(tree, candidates, logits, temperature=temperature, top_k=top_k, top_p=top_p,
-                                                               seed=seed, offset=offset)
+                                                               seed=seed, offset=offset, max_top_k=max_top_k)
+
+                def unhinted():
+                    return fused(max_top_k=None)
 
                 def plain():
                     return backend.verify_sampling_from_logits(tree, candidates, logits, temperature=temperature, seed=seed, offset=offset)
@@ -116,12 +121,13 @@ def run(ctx: Context) -> list[Table]:
                     return backend.verify_sampling(tree, candidates, probs, coins, final_coins)
 
                 fused_s = harness.device_time_s(fused, device, **ctx.timing)
+                unhinted_s = harness.device_time_s(unhinted, device, **ctx.timing)
                 plain_s = harness.device_time_s(plain, device, **ctx.timing)
                 unfused_s = harness.device_time_s(unfused, device, **ctx.timing)
                 nbytes = logits.numel() * logits.element_size()
                 read_s = nbytes / ctx.copy_bandwidth if ctx.copy_bandwidth else None
-                table.add(bs=bs, nodes=nodes, vocab=vocab, fused_us=us(fused_s), unfused_us=us(unfused_s), speedup=ratio(unfused_s, fused_s),
-                          plain_us=us(plain_s), read_once_us=us(read_s), vs_read_once=ratio(fused_s, read_s))
-                del tree, candidates, logits, fused, plain, unfused
+                table.add(bs=bs, nodes=nodes, vocab=vocab, fused_us=us(fused_s), unhinted_us=us(unhinted_s), unfused_us=us(unfused_s),
+                          speedup=ratio(unfused_s, fused_s), plain_us=us(plain_s), read_once_us=us(read_s), vs_read_once=ratio(fused_s, read_s))
+                del tree, candidates, logits, fused, unhinted, plain, unfused
     _release(device)
     return [table]

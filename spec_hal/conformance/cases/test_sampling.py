@@ -268,6 +268,58 @@ def _check_many_long_rows(backend, op: str) -> None:
     _assert_logprobs_close(got.logprobs, expected.logprobs)
 
 
+# The route hint max_top_k (spec_hal/sampling.py, "Route hint") never changes a result. 160 rows
+# (40 requests of 4) whose sampled requests all have a top-k of 1-128 (a listed cut), greedy ones
+# with top-k off, verified without the hint, with the true bound and with a bound below some
+# request's top-k (the default mode trusts it: only the time may change); checked mode rejects the
+# low bound and accepts the true one, which leaves the greedy requests' top-k out. On the 132-SM
+# H100 and H200 the call without the hint processes every row and the hinted ones run the fused
+# walk (kernels/sampling.py: _every_row_in_parallel).
+@pytest.mark.spec_hal_op("verify_sampling_from_logits")
+def test_verify_sampling_route_hint_never_changes_the_result(backend, monkeypatch):
+    _check_route_hint(backend, "tree", monkeypatch)
+
+
+@pytest.mark.spec_hal_op("verify_chain_sampling_from_logits")
+def test_verify_chain_sampling_route_hint_never_changes_the_result(backend, monkeypatch):
+    _check_route_hint(backend, "chain", monkeypatch)
+
+
+def _check_route_hint(backend, op: str, monkeypatch) -> None:
+    bs, vocab = 40, 4096
+    params = _mixed_params(bs, vocab, seed=61)
+    greedy = params["temperature"] == 0
+    top_k = torch.randint(1, 129, (bs,), generator=torch.Generator().manual_seed(62))
+    top_k[:3] = 128
+    params["top_k"] = torch.where(greedy, 0, top_k)
+    bound = int(params["top_k"].max())
+    seed, offset = _seeds(bs, seed=63)
+    device = backend.device
+    dev = lambda t: None if t is None else t.to(device)  # noqa: E731
+    kwargs = {**_params_to(params, device), "seed": dev(seed), "offset": dev(offset), "logprobs": "processed"}
+    if op == "tree":
+        tree, candidates, logits = _tree_inputs(bs, 4, 3, vocab, seed=64, dtype=torch.bfloat16)
+        expected = reference.verify_sampling_from_logits(tree, candidates, logits, **params, seed=seed, offset=offset, logprobs="processed")
+        inputs = (tree_to(tree, device), dev(candidates), dev(logits))
+        call = backend.verify_sampling_from_logits
+    else:
+        draft_ids = torch.randint(0, 4, (bs, 3), generator=torch.Generator().manual_seed(65))
+        logits = logits_rows(bs * 4, vocab, seed=66, dtype=torch.bfloat16)
+        logits[:, :4] += 3.0
+        expected = reference.verify_chain_sampling_from_logits(draft_ids, None, logits, **params, seed=seed, offset=offset,
+                                                               logprobs="processed")
+        inputs = (dev(draft_ids), None, dev(logits))
+        call = backend.verify_chain_sampling_from_logits
+    for hint in (None, bound, 1):
+        with no_host_sync(device):
+            got = call(*inputs, **kwargs, max_top_k=hint)
+        assert_same_verdict(got.verdict, expected.verdict)
+        _assert_logprobs_close(got.logprobs, expected.logprobs)
+    monkeypatch.setenv("SPEC_HAL_CHECKS", "1")
+    assert_same_verdict(call(*inputs, **kwargs, max_top_k=bound).verdict, expected.verdict)
+    assert_rejects(backend, "max_top_k", lambda b: call(*inputs, **kwargs, max_top_k=bound - 1))
+
+
 # ----------------------------------------------------------------------------------------------
 # losslessness (statistical), batch invariance, reproducibility
 
@@ -432,10 +484,15 @@ def _invalid_calls(device):
         ("logits", lambda b: b.process_logits(logits.to(torch.int64), temperature=1.0)),
         ("logprobs", lambda b: verify(b, top_logprobs=2)),
         ("top_logprobs", lambda b: verify(b, logprobs="raw", top_logprobs=11)),
+        ("max_top_k", lambda b: verify(b, top_k=5, max_top_k=0)),
+        ("max_top_k", lambda b: verify(b, top_k=5, max_top_k=5.0)),
+        ("max_top_k", lambda b: verify(b, top_k=5, max_top_k=4)),
+        ("max_top_k", lambda b: verify(b, max_top_k=9)),  # top-k off counts as V (10)
+        ("max_top_k", lambda b: b.verify_chain_sampling_from_logits(ids, None, chain_logits, temperature=1.0, top_k=3, max_top_k=True, **ok)),
     ]
 
 
 @pytest.mark.spec_hal_op("verify_sampling_from_logits")
-@pytest.mark.parametrize("case", range(21))
+@pytest.mark.parametrize("case", range(26))
 def test_sampling_ops_reject_bad_input(backend, case):
     assert_rejects(backend, *_invalid_calls(backend.device)[case])
