@@ -309,6 +309,17 @@ def _chunk_cols(chunk, chunk_len, tile, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _sanitized_tile(raw, row_ok, lanes, row_room):
+    """(in range, sanitised float32 logits) of the raw logits of the tile a loop works on
+    (``_raw_tile``, ``_raw_groups``): ``row_ok`` and ``lanes`` (the lane indices in the tile)
+    broadcast to the tile's shape; ``row_room``: how many ids the row has from the tile's first.
+    The chunk's end is not tested: a loop works on its chunk's tiles only (only the load a tile
+    ahead of the last one reaches past the chunk, and the loads' ``room`` masks it)."""
+    ok = row_ok & (lanes < row_room)
+    return ok, _sanitized(raw, ok)
+
+
+@triton.jit
 def _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK: tl.constexpr,
               SCALAR_LOADS: tl.constexpr = False):
     """The raw logits of a chunk's tile, as loaded (-inf past the row, the chunk or ``row_ok``):
@@ -357,8 +368,7 @@ def _next_tile(ahead, logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, v
     start = _tile_start(chunk, chunk_len, tile, BLOCK)
     lanes = tl.arange(0, BLOCK)
     cols = start + lanes
-    ok = row_ok[:, None] & (lanes[None, :] < vocab - start)
-    x = _sanitized(ahead, ok)
+    ok, x = _sanitized_tile(ahead, row_ok[:, None], lanes[None, :], vocab - start)
     return cols, ok, x, _raw_tile(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile + 1, vocab, stride_col, BLOCK, SCALAR_LOADS)
 
 
@@ -570,7 +580,8 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
         row, row_ok, rows_per_request, vocab, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, temperature_value, top_k_value, top_p_value,
         min_p_value, tensor_params)
     row_offsets = row.to(tl.int64) * stride_row
-    heavy = tl.arange(0, HEAVY_DIGITS)[None, :, None]
+    heavy_digits = tl.arange(0, HEAVY_DIGITS)
+    heavy = heavy_digits[None, :, None]
     # Per-lane sums, reduced once after the chunk (a reduction per tile, two (tile, 16) sums
     # through shared memory, made this pass 4x slower on the H100). The digits are the middle axis
     # so that a thread holds all of its ids' sums: with them last, the default layout spread them
@@ -611,9 +622,10 @@ def _level_bins_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk_le
             if any_top_k:
                 count += _unpacked_counts(packed_low, packed_high)
     # The 16 bins of mass: digits 0-7, then 8 and 9 from the two fields, then zeros (10-15).
-    offsets = (row.to(tl.int64) * chunks + chunk)[:, None] * (2 * DIGIT_BINS) + tl.arange(0, DIGIT_BINS)[None, :]
-    heavy_offsets = (row.to(tl.int64) * chunks + chunk)[:, None] * (2 * DIGIT_BINS) + tl.arange(0, HEAVY_DIGITS)[None, :]
-    lanes = tl.arange(0, HEAVY_DIGITS)[None, :]
+    first_bin = (row.to(tl.int64) * chunks + chunk)[:, None] * (2 * DIGIT_BINS)  # (R, 1): this chunk's 2 x 16 bins
+    offsets = first_bin + tl.arange(0, DIGIT_BINS)[None, :]
+    lanes = heavy_digits[None, :]
+    heavy_offsets = first_bin + lanes
     light_low = tl.sum(light & LIGHT_FIELD_MASK, axis=1)
     light_high = tl.sum(light >> LIGHT_FIELD_BITS, axis=1)
     light_bins = tl.where(lanes == 0, light_low[:, None], tl.where(lanes == 1, light_high[:, None], 0))
@@ -635,7 +647,10 @@ def _group_lanes(BLOCK: tl.constexpr, GROUP: tl.constexpr):
 
 @triton.jit
 def _raw_groups(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile, vocab, stride_col, BLOCK: tl.constexpr, GROUP: tl.constexpr):
-    """``_raw_tile`` as (R, ...) of ``_group_lanes``: -inf past the row, the chunk or ``row_ok``."""
+    """``_raw_tile`` as (R, ...) of ``_group_lanes``: -inf past the row, the chunk or ``row_ok``. Its
+    start, room and base repeat ``_raw_tile``'s: computed in a helper that both call, they changed
+    the fused walk's sm_90 SASS (Triton 3.6 and 3.9; the same PTX but for its line info, and the
+    same SASS with TRITON_DISABLE_LINE_INFO=1)."""
     start = _tile_start(chunk, chunk_len, tile, BLOCK)
     room = tl.minimum(vocab, (chunk + 1) * chunk_len) - start
     lanes = _group_lanes(BLOCK, GROUP)
@@ -703,8 +718,8 @@ def _window_counts_kernel(logits_ptr, stride_row, stride_col, rows, vocab, chunk
         for tile in range(chunk_len // BLOCK_V):
             raw = ahead
             ahead = _raw_groups(logits_ptr, row_offsets, row_ok, chunk, chunk_len, tile + 1, vocab, stride_col, BLOCK_V, GROUP)
-            ok = row_ok[:, None, None] & (lanes < vocab - _tile_start(chunk, chunk_len, tile, BLOCK_V))
-            level = _distance_levels(row_max[:, None, None] - _sanitized(raw, ok), scale[:, None, None], tl.int32)
+            ok, x = _sanitized_tile(raw, row_ok[:, None, None], lanes, vocab - _tile_start(chunk, chunk_len, tile, BLOCK_V))
+            level = _distance_levels(row_max[:, None, None] - x, scale[:, None, None], tl.int32)
             above_p = level - prefix_p.to(tl.int32)[:, None, None]
             _count_in_window(window_p, above_p, ok & use_top_p[:, None, None] & (above_p >= 0) & (above_p < WINDOW), first)
             above_k = level - prefix_k.to(tl.int32)[:, None, None]
