@@ -1225,7 +1225,8 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
     vocab = target_logits.shape[-1]
     logits = target_logits.reshape(bs * nodes, vocab)
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    if draft_probs is None and not _every_row_in_parallel(target, bs * nodes, listed=_top_k_listed(top_k, max_top_k, vocab, target), chain=True):
+    listed = _top_k_listed(top_k, max_top_k, vocab, target)
+    if draft_probs is None and not _every_row_in_parallel(target, bs * nodes, listed=listed, chain=True):
         chain, zero_ids, zero_coins = _chain_parts(bs, steps, draft_ids.device)
         candidates = torch.cat([zero_ids, draft_ids.to(torch.int64)], dim=1)
         tree_coins = tree_final = None
@@ -1262,7 +1263,8 @@ def verify_chain_sampling_from_logits(draft_ids: torch.Tensor, draft_probs: Opti
 PROVIDERS = {
     "process_logits": (process_logits, "kernels/sampling_rows.py: rows split along the vocabulary, cut searches by 16 level bins then window counts"),
     "verify_sampling_from_logits": (verify_sampling_from_logits,
-                                    "kernels/sampling.py: every row split + walk up to 2 rows per SM (0.6 with listed top-k), else the fused walk over path rows"),
+                                    "kernels/sampling.py: every row split + walk up to 2 rows per SM (0.6 with listed top-k), "
+                                    "else the fused walk over path rows"),
     "verify_chain_sampling_from_logits": (verify_chain_sampling_from_logits,
                                           "kernels/sampling.py: fused walk (greedy drafter) or every row + kernels/verify.py chain walk"),
 }

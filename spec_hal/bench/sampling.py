@@ -86,7 +86,8 @@ def _memory_limit(device) -> float:
 def run(ctx: Context) -> list[Table]:
     device, backend, sizes = ctx.device, ctx.backend, SIZES[ctx.sizes]
     table = Table("sampling", f"verify_sampling_from_logits vs torch processing + verify_sampling on backend {backend.name}", COLUMNS,
-                  notes=[harness.DEVICE_TIME_NOTE, f"bf16 logits; temperature {TEMPERATURE}, top_k {TOP_K}, top_p {TOP_P} for every request; fused: with max_top_k={TOP_K}."])
+                  notes=[harness.DEVICE_TIME_NOTE,
+                         f"bf16 logits; temperature {TEMPERATURE}, top_k {TOP_K}, top_p {TOP_P} for every request; fused: with max_top_k={TOP_K}."])
     for vocab in sizes["vocabs"]:
         for bs in sizes["batches"]:
             for nodes, steps in sizes["trees"]:
@@ -127,7 +128,8 @@ def run(ctx: Context) -> list[Table]:
                 nbytes = logits.numel() * logits.element_size()
                 read_s = nbytes / ctx.copy_bandwidth if ctx.copy_bandwidth else None
                 table.add(bs=bs, nodes=nodes, vocab=vocab, fused_us=us(fused_s), unhinted_us=us(unhinted_s), unfused_us=us(unfused_s),
-                          speedup=ratio(unfused_s, fused_s), plain_us=us(plain_s), read_once_us=us(read_s), vs_read_once=ratio(fused_s, read_s))
+                          speedup=ratio(unfused_s, fused_s), plain_us=us(plain_s), read_once_us=us(read_s),
+                          vs_read_once=ratio(fused_s, read_s))
                 del tree, candidates, logits, fused, unhinted, plain, unfused
     _release(device)
     return [table]

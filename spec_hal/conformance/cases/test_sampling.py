@@ -488,7 +488,8 @@ def _invalid_calls(device):
         ("max_top_k", lambda b: verify(b, top_k=5, max_top_k=5.0)),
         ("max_top_k", lambda b: verify(b, top_k=5, max_top_k=4)),
         ("max_top_k", lambda b: verify(b, max_top_k=9)),  # top-k off counts as V (10)
-        ("max_top_k", lambda b: b.verify_chain_sampling_from_logits(ids, None, chain_logits, temperature=1.0, top_k=3, max_top_k=True, **ok)),
+        ("max_top_k", lambda b: b.verify_chain_sampling_from_logits(ids, None, chain_logits, temperature=1.0, top_k=3, max_top_k=True,
+                                                                    **ok)),
     ]
 
 
