@@ -1054,7 +1054,7 @@ def _top_k_listed(top_k, max_top_k: Optional[int], vocab: int, target: KernelTar
     """Whether every sampled request's top-k cut is one the fused walk lists (0 < k < V, k <= its
     LIST_TOP_K), as the host knows it without reading a tensor: from a number ``top_k``, else from
     the caller's ``max_top_k`` bound (a top-k that is off counts as V)."""
-    bound = max_top_k if isinstance(top_k, torch.Tensor) else (top_k if 0 < top_k < vocab else vocab)
+    bound = max_top_k if isinstance(top_k, torch.Tensor) else semantics.top_k_or_vocab(top_k, vocab)
     return bound is not None and bound < vocab and bound <= fused_list_top_k(target)
 
 

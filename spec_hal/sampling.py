@@ -186,6 +186,14 @@ def _check_sampling_params(rows: int, device, temperature, top_k, top_p, min_p) 
     _check_param("min_p", min_p, rows, device, low=0.0, high=1.0, low_open=False)
 
 
+def top_k_or_vocab(top_k, vocab: int):
+    """A request's top-k with a top-k that is off (outside (0, V)) as V, the bound ``max_top_k``
+    compares with: a number for a number, a tensor for a tensor."""
+    if isinstance(top_k, torch.Tensor):
+        return torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
+    return top_k if 0 < top_k < vocab else vocab
+
+
 def _check_max_top_k(max_top_k, temperature, top_k, vocab: int) -> None:
     """None, or an int >= 1 at least every sampled request's top-k (a top-k that is off counting
     as V; module docstring, "Route hint"). A number ``top_k`` is checked always (unless the
@@ -198,13 +206,11 @@ def _check_max_top_k(max_top_k, temperature, top_k, vocab: int) -> None:
     greedy = not isinstance(temperature, torch.Tensor) and not temperature > 0
     if greedy or (isinstance(top_k, torch.Tensor) and not checks.value_checks_enabled()):
         return
+    highest = top_k_or_vocab(top_k, vocab)
     if isinstance(top_k, torch.Tensor):
-        effective = torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
         if isinstance(temperature, torch.Tensor):
-            effective = torch.where(temperature > 0, effective, 0)
-        highest = int(effective.max()) if effective.numel() else 0
-    else:
-        highest = top_k if 0 < top_k < vocab else vocab
+            highest = torch.where(temperature > 0, highest, 0)
+        highest = int(highest.max()) if highest.numel() else 0
     if highest > max_top_k:
         raise checks.InvalidInput("max_top_k", f"an int >= every sampled request's top-k (off counts as V = {vocab})", max_top_k)
 

@@ -2,7 +2,7 @@
 every row processed then walked, or the fused walk over each request's path rows. Pure host
 logic; both routes give the same verdicts (the conformance suite compares each with the
 reference, spec_hal/conformance/cases/test_sampling.py, route hint cases), only time differs
-(BENCHMARKS.md, "Route choice by listed top-k")."""
+(BENCHMARKS.md, "Forty-seventh session")."""
 import pytest
 import torch
 
