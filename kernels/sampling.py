@@ -44,7 +44,6 @@ from typing import Optional
 
 import torch
 import triton
-from packaging.version import Version
 import triton.language as tl
 
 import spec_hal.sampling as semantics
@@ -55,28 +54,27 @@ from spec_hal.types import DraftTree, Verdict
 from . import verify as verify_kernels
 from . import sampling_rows
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .sampling_rows import (FLT_MAX, ID_BITS, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, _binding, _distance_levels, _kept_weights,
-                            _levels, _max_pass, _next_tile, _pass_weights, _probabilities, _raw_tile, _request_params, _sanitized,
-                            _uncut, _weights)
+from .sampling_rows import (FLT_MAX, ID_BITS, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, WINDOW, _binding, _kept_weights, _levels,
+                            _max_pass, _next_tile, _pass_weights, _probabilities, _raw_tile, _request_params, _uncut, _weights)
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
-# Bits of top-p's cut decided over the row before the rest are searched over its window alone
-# (_top_p_in_window); 1..15 (a window offset fits int16). H100, the fused walk forced at bs 64-256,
-# V 32000 and 151936, top-p 0.6-0.95 alone or with top-k 50 or 4000: 4 took 0.60-0.92x the time of
-# the search over the row, the least worst case among 2-8 (2: 0.56x at V 151936, 0.97x at V 32000
-# with top-k 50; BENCHMARKS.md, twenty-fifth session).
-_WINDOW_DEPTH = 4
-WINDOW_DEPTH = tl.constexpr(_WINDOW_DEPTH)
-WINDOW_SPAN = tl.constexpr(1 << (16 - _WINDOW_DEPTH))  # levels in a paused window
+# The level search (_row_statistics): two passes decide the top 4 bits of both cuts, 2 bits a pass
+# from the sums of three digits (_digit_pass; the first pass's three digits of 2^14 levels hold
+# every level, LEVEL_MAX < 3 * 2^14, so it sums the total weight too), then one pass counts the ids
+# at every level of each cut's window of the other 12 bits (sampling_rows.WINDOW levels) in the
+# request's scratch (_count_windows), where the cuts are read off (_window_cut).
+FIRST_DIGIT_SHIFT = tl.constexpr(14)
+SECOND_DIGIT_SHIFT = tl.constexpr(12)
+assert semantics.LEVEL_MAX < 3 << 14 and sampling_rows.WINDOW_LEVELS == 1 << 12
+# _digit_pass's packed counts: three fields of DIGIT_FIELD_BITS in an int64, one count a tile a lane
+# (a row has fewer than 2^21 tiles: V <= 2^23 and tiles of 16 ids at least).
+_DIGIT_FIELD_BITS = 21
+DIGIT_FIELD_BITS = tl.constexpr(_DIGIT_FIELD_BITS)
+DIGIT_FIELD_MASK = tl.constexpr((1 << _DIGIT_FIELD_BITS) - 1)
+ZERO_TILE = tl.constexpr(512)  # window levels a store zeroes (_count_windows)
+CUT_TILE = tl.constexpr(512)  # window levels a step of _window_cut reads
 REGISTER_FILE = 65536  # 32-bit registers an SM (sm_80 to sm_100)
-# _count_digit's packed counts: three fields of _FIELD_BITS in an int32, one count a tile a lane.
-_FIELD_BITS = 10
-COUNT_FIELD_BITS = tl.constexpr(_FIELD_BITS)
-COUNT_FIELD_TILES = tl.constexpr(1 << _FIELD_BITS)  # a field holds at most COUNT_FIELD_TILES - 1
-COUNT_FIELD_2 = tl.constexpr(1 << _FIELD_BITS)  # one count in the second field
-COUNT_FIELD_3_SHIFT = tl.constexpr(2 * _FIELD_BITS)
-COUNT_FIELD_3 = tl.constexpr(1 << (2 * _FIELD_BITS))  # one count in the third field
 # The listed top-k (_listed_cuts): rows with 0 < top_k <= the launch's LIST_TOP_K (at most
 # LIST_TOP_K_MAX) list their heaviest ids, at most LIST_DEPTH a lane and LIST_CAP a row, instead
 # of searching the levels; a row whose list overflows searches.
@@ -146,187 +144,127 @@ def _hash_coin(seed, offset, position, purpose):
 
 
 @triton.jit
-def _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, decided, row_len, num_blocks, vocab,
-              stride_col, row_max, scale, table_ptr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
-    """One pass of both cut searches: bit 15 - ``decided`` of cut_p (float64(mass of levels below
-    the candidate) < ``bound``) and of cut_k (count below it < k). Rows without a top-p search
-    left skip the weights (the table gather and the int64 sum). Returns (cut_p, cut_k, below_k,
-    the mass of the levels below top-p's candidate)."""
-    bit = tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - decided)
-    candidate_p = cut_p | bit
-    candidate_k = cut_k | bit
+def _digit_pass(logits_ptr, row_offsets, active_p, active_k, prefix_p, prefix_k, shift, row_len, num_blocks, vocab, stride_col,
+                row_max, scale, table_ptr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """One pass of both cut searches over (R,) rows: the weight (top-p) and the count (top-k) of
+    the ids in each of the three digits above each search's prefix, digit j holding the levels
+    [prefix + j * 2^shift, prefix + (j + 1) * 2^shift). Returns (top-p's three int64 weights,
+    top-k's three int64 counts), each (R,). Per lane, the weights take three int64 sums and the
+    counts one int64 of three DIGIT_FIELD_BITS fields (a lane adds at most one a tile, and a row
+    has fewer than 2^DIGIT_FIELD_BITS tiles). Rows with no top-p search left skip the weights
+    (the table gather and the int64 sums)."""
+    low_p = prefix_p.to(tl.int32)[:, None]  # levels < 2^16
+    low_k = prefix_k.to(tl.int32)[:, None]
     searching = active_p | active_k
-    count_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
-    mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+    counting = active_k[:, None]
+    weight_0 = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+    weight_1 = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+    weight_2 = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+    packed = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
     ahead = _raw_tile(logits_ptr, row_offsets, searching, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
     if tl.max(active_p.to(tl.int32), axis=0) > 0:
+        weighing = active_p[:, None]
         for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
-            level = _levels(x, row_max, scale)
-            mass_lanes += tl.where(ok & (level < candidate_p[:, None]), _weights(level, table_ptr, None), 0)
-            count_lanes += tl.where(ok & (level < candidate_k[:, None]), 1, 0)
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V,
+                                            SCALAR_LOADS=True)
+            level = _levels(x, row_max, scale, tl.int32)
+            digit = (level - low_p) >> shift  # negative below the prefix
+            weight = tl.where(ok & weighing & (digit >= 0) & (digit < 3), _weights(level, table_ptr, None), 0)
+            weight_0 += tl.where(digit == 0, weight, 0)
+            weight_1 += tl.where(digit == 1, weight, 0)
+            weight_2 += tl.where(digit == 2, weight, 0)
+            packed += _digit_counts(level, low_k, shift, ok & counting)
     else:
         for k in range(num_blocks):
-            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
-            count_lanes += tl.where(ok & (_levels(x, row_max, scale) < candidate_k[:, None]), 1, 0)
-    mass = tl.sum(mass_lanes, axis=1)
-    count = tl.sum(count_lanes, axis=1).to(tl.int64)
-    cut_p = tl.where(active_p & (candidate_p <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate_p, cut_p)
-    move_k = active_k & (candidate_k <= LEVEL_MAX) & (count < top_k)
-    return cut_p, tl.where(move_k, candidate_k, cut_k), tl.where(move_k, count, below_k), mass
+            cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, searching, 0, row_len, k, vocab, stride_col, BLOCK_V,
+                                            SCALAR_LOADS=True)
+            packed += _digit_counts(_levels(x, row_max, scale, tl.int32), low_k, shift, ok & counting)
+    count_0 = tl.sum(packed & DIGIT_FIELD_MASK, axis=1)
+    count_1 = tl.sum((packed >> DIGIT_FIELD_BITS) & DIGIT_FIELD_MASK, axis=1)
+    count_2 = tl.sum(packed >> (2 * DIGIT_FIELD_BITS), axis=1)
+    return tl.sum(weight_0, axis=1), tl.sum(weight_1, axis=1), tl.sum(weight_2, axis=1), count_0, count_1, count_2
 
 
 @triton.jit
-def _top_p_in_window(logits_ptr, row_offsets, window_ptr, window_rows, rows, cut_p, p_mass, bound, row_len, num_blocks, vocab,
-                     stride_col, row_max, scale, table_ptr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, GROUP: tl.constexpr):
-    """The top-p cut of ``rows`` whose search paused after its top WINDOW_DEPTH bits, from its
-    window [cut_p, cut_p + WINDOW_SPAN) alone. One pass over the row stores the window in the
-    row's scratch (``window_rows``: the row's offset in it): level - cut_p (int16) of every window
-    id, in slots of BLOCK_V, an id at its position in its tile, each lane (GROUP 1:
-    ``_store_window``) or group of GROUP consecutive lanes (``_store_window_groups``) filling its
-    next slot, -1 where no id is. A lane takes a slot at most once a tile, so a row's scratch is as
-    long as its tiles. Then the remaining bits are decided as ``_bit_pass`` decides them, the mass
-    below a candidate being ``p_mass`` (the levels below cut_p) plus the window's levels below it,
-    read from the scratch. Returns cut_p."""
-    scratch = window_ptr + window_rows  # (R,); a position's offset is int32 (< row_len)
-    tl.debug_barrier()  # the scratch's readers of an earlier row are done
-    if GROUP == 1:
-        deepest = _store_window(logits_ptr, row_offsets, scratch, rows, cut_p, row_len, num_blocks, vocab, stride_col, row_max, scale,
-                                BLOCK_R, BLOCK_V)
-    else:
-        deepest = _store_window_groups(logits_ptr, row_offsets, scratch, rows, cut_p, vocab, stride_col, row_max, scale, BLOCK_R,
-                                       BLOCK_V, GROUP)
-    tl.debug_barrier()  # the window is stored before any thread reads it
-    lanes = tl.arange(0, BLOCK_V)
-    start = cut_p
-    for step in range(WINDOW_DEPTH, LEVEL_SEARCH_BITS):
-        candidate = cut_p | (tl.full([BLOCK_R], 1, dtype=tl.int64) << (LEVEL_SEARCH_BITS - 1 - step))
-        below = (candidate - start).to(tl.int32)
-        mass_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
-        for slot in range(deepest):
-            offset = tl.load(scratch[:, None] + (slot * BLOCK_V + lanes[None, :]), mask=rows[:, None], other=-1).to(tl.int32)
-            level = start[:, None] + tl.maximum(offset, 0)
-            mass_lanes += tl.where((offset >= 0) & (offset < below[:, None]), _weights(level, table_ptr, None), 0)
-        mass = p_mass + tl.sum(mass_lanes, axis=1)
-        cut_p = tl.where(rows & (candidate <= LEVEL_MAX) & (mass.to(tl.float64) < bound), candidate, cut_p)
-    return cut_p
+def _digit_counts(level, low, shift, ok):
+    """A tile's part of ``_digit_pass``'s packed counts: one in field j for each id ``ok`` in
+    digit j above ``low``."""
+    digit = (level - low) >> shift
+    inside = ok & (digit >= 0) & (digit < 3)
+    return tl.where(inside, tl.full(level.shape, 1, dtype=tl.int64) << (tl.maximum(digit, 0) * DIGIT_FIELD_BITS).to(tl.int64), 0)
 
 
 @triton.jit
-def _store_window(logits_ptr, row_offsets, scratch, rows, cut_p, row_len, num_blocks, vocab, stride_col, row_max, scale,
+def _next_digit(prefix, below, part_0, part_1, part_2, active, limit, shift):
+    """One search's next two bits from ``_digit_pass``'s sums of its three digits: the largest
+    candidate prefix + j * 2^shift (j = 1..3) that is <= LEVEL_MAX and whose sum below (``below``,
+    the sum below the prefix, plus the digits under it) is < ``limit`` (float64: top-p's bound, or
+    top-k's k). The sums grow with j, so the candidates that qualify are j = 1..J. Returns (prefix,
+    the sum below it), unchanged where not ``active``."""
+    step = tl.full(prefix.shape, 1, dtype=tl.int64) << shift
+    below_1 = below + part_0
+    below_2 = below_1 + part_1
+    below_3 = below_2 + part_2
+    take_1 = active & (prefix + step <= LEVEL_MAX) & (below_1.to(tl.float64) < limit)
+    take_2 = take_1 & (prefix + 2 * step <= LEVEL_MAX) & (below_2.to(tl.float64) < limit)
+    take_3 = take_2 & (prefix + 3 * step <= LEVEL_MAX) & (below_3.to(tl.float64) < limit)
+    prefix = prefix + (take_1.to(tl.int64) + take_2.to(tl.int64) + take_3.to(tl.int64)) * step
+    return prefix, tl.where(take_3, below_3, tl.where(take_2, below_2, tl.where(take_1, below_1, below)))
+
+
+@triton.jit
+def _count_window(logits_ptr, row_offsets, counts, rows, prefix, row_len, num_blocks, vocab, stride_col, row_max, scale,
                   BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
-    """``_top_p_in_window``'s scratch, a slot counter a lane. Returns the deepest slot count."""
-    lanes = tl.arange(0, BLOCK_V)
-    slots = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
+    """The last 12 bits' pass of one search: the count of ids at every level of its window of
+    WINDOW levels from ``prefix``, for (R,) ``rows``, into ``counts`` (R,) (WINDOW int32 a row,
+    zeroed here first), one relaxed atomic add an id in the window. The window's weights follow
+    from its levels, so the counts are all its cut needs (``_window_cut``). One search a pass, an
+    add an id, on the row passes' tiles: with both windows in one pass, or the every-row window
+    pass's groups of 32 ids (one add a group whose ids share a level), the walk kept a 168-216 B
+    local frame at the 128-register cap (sm_90, Triton 3.9, offline), with spills and fills in
+    every row's code. Ids that share a level add at one address; only the window's ids add."""
+    tl.debug_barrier()  # the scratch's readers of an earlier row are done
+    for part in range(WINDOW // ZERO_TILE):
+        offsets = part * ZERO_TILE + tl.arange(0, ZERO_TILE)
+        tl.store(counts[:, None] + offsets[None, :], tl.zeros([BLOCK_R, ZERO_TILE], dtype=tl.int32), mask=rows[:, None])
+    tl.debug_barrier()  # zeroed before any thread adds
+    low = prefix.to(tl.int32)[:, None]
     ahead = _raw_tile(logits_ptr, row_offsets, rows, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
     for k in range(num_blocks):
         cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, rows, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
-        offset = _levels(x, row_max, scale, tl.int32) - cut_p.to(tl.int32)[:, None]
-        inside = ok & (offset >= 0) & (offset < WINDOW_SPAN)
-        tl.store(scratch[:, None] + (slots * BLOCK_V + lanes[None, :]), offset.to(tl.int16), mask=inside)
-        slots += inside.to(tl.int32)
-    deepest = tl.max(tl.max(slots, axis=1), axis=0)
-    for slot in range(deepest):  # the unused slots below the deepest read as -1
-        tl.store(scratch[:, None] + (slot * BLOCK_V + lanes[None, :]), tl.full([BLOCK_R, BLOCK_V], -1, dtype=tl.int16),
-                 mask=rows[:, None] & (slot >= slots))
-    return deepest
+        above = _levels(x, row_max, scale, tl.int32) - low
+        inside = ok & (above >= 0) & (above < WINDOW)
+        tl.atomic_add(counts[:, None] + tl.where(inside, above, 0), tl.full(above.shape, 1, dtype=tl.int32), mask=inside, sem="relaxed")
+    tl.debug_barrier()  # every add is done before any thread reads the counts
 
 
 @triton.jit
-def _store_window_groups(logits_ptr, row_offsets, scratch, rows, cut_p, vocab, stride_col, row_max, scale, BLOCK_R: tl.constexpr,
-                         BLOCK_V: tl.constexpr, GROUP: tl.constexpr):
-    """``_top_p_in_window``'s scratch, a slot counter a group of GROUP consecutive lanes (tiles of
-    (R, BLOCK_V / GROUP, GROUP)): a group holding a window id stores its GROUP positions (-1 where
-    no window id is), so the stores are as contiguous as the loads. Returns the deepest count."""
-    ids = tl.arange(0, BLOCK_V // GROUP)[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
-    slots = tl.zeros([BLOCK_R, BLOCK_V // GROUP], dtype=tl.int32)
-    everywhere = ids[None, :, :] >= 0  # the mask of a group's positions, (1, G, GROUP)
-    for k in range(tl.cdiv(vocab, BLOCK_V)):
-        cols = k * BLOCK_V + ids[None, :, :]
-        ok = rows[:, None, None] & (cols < vocab)
-        x = _sanitized(tl.load(logits_ptr + row_offsets[:, None, None] + cols.to(tl.int64) * stride_col, mask=ok), ok)
-        level = _distance_levels(row_max[:, None, None] - x, scale[:, None, None], tl.int32)
-        offset = level - cut_p.to(tl.int32)[:, None, None]
-        inside = ok & (offset >= 0) & (offset < WINDOW_SPAN)
-        used = tl.max(inside.to(tl.int32), axis=2)
-        tl.store(scratch[:, None, None] + (slots[:, :, None] * BLOCK_V + ids[None, :, :]), tl.where(inside, offset, -1).to(tl.int16),
-                 mask=(used != 0)[:, :, None] & everywhere)
-        slots += used
-    deepest = tl.max(tl.max(slots, axis=1), axis=0)
-    for slot in range(deepest):  # the unused slots below the deepest read as -1
-        tl.store(scratch[:, None, None] + (slot * BLOCK_V + ids[None, :, :]), tl.full([BLOCK_R, BLOCK_V // GROUP, GROUP], -1, dtype=tl.int16),
-                 mask=(rows[:, None] & (slot >= slots))[:, :, None] & everywhere)
-    return deepest
-
-
-@triton.jit
-def _top_p_bit(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, p_mass, paused, decided, row_len,
-               num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
-               WINDOW_GROUP: tl.constexpr):
-    """``_bit_pass`` for bit 15 - ``decided``, keeping ``p_mass`` (the mass of the levels below
-    cut_p); after WINDOW_DEPTH bits, where the launch has a window (WINDOW_GROUP > 0), top-p's
-    search pauses (``paused``) to end over its window. Returns (cut_p, cut_k, below_k, p_mass,
-    paused, active_p)."""
-    new_p, cut_k, below_k, mass = _bit_pass(logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, decided,
-                                            row_len, num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V)
-    p_mass = tl.where(new_p != cut_p, mass, p_mass)
-    if WINDOW_GROUP > 0:
-        if decided + 1 == WINDOW_DEPTH:
-            paused = active_p
-            active_p = active_p & (paused == 0)
-    return new_p, cut_k, below_k, p_mass, paused, active_p
-
-
-@triton.jit
-def _searches_left(cut_p, cut_k, active_p, active_k, paused):
-    """The (top-p, top-k) searches still to run: ``_binding``'s, and top-k's stopped once its
-    prefix lies above a paused top-p window (top-k then keeps every level top-p keeps)."""
-    active_p, active_k = _binding(cut_p, cut_k, active_p, active_k)
-    return active_p, active_k & ((paused & (cut_k >= cut_p + WINDOW_SPAN)) == 0)
-
-
-@triton.jit
-def _count_digit(logits_ptr, row_offsets, active_k, top_k, cut_k, below_k, shift, digit_bits, row_len, num_blocks, vocab, stride_col,
-                 row_max, scale, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
-    """One pass of the top-k cut searches alone: the next ``digit_bits`` (1 or 2) bits of cut_k,
-    from the count of levels below each candidate cut_k + j * 2^shift (j = 1..3; only j = 1 with
-    one bit). The largest candidate that is <= LEVEL_MAX with count < k becomes the prefix (the
-    counts grow with the candidate, so those that qualify are j = 1..J). Returns (cut_k, below_k =
-    count(levels < cut_k))."""
-    # int32 levels and candidates (levels < 2^16): the int64 ones kept an 8 B local frame at the
-    # 128-register cap (sm_90, Triton 3.9, offline).
-    step = tl.full([BLOCK_R], 1, dtype=tl.int32) << shift
-    k1 = cut_k.to(tl.int32) + step
-    k2 = k1 + step
-    k3 = k2 + step
-    # A lane adds at most one a tile to each count, so with fewer than 1024 tiles a row
-    # (COUNT_FIELD_TILES; V up to 2M at the widest tiles) the three share one int32 lane in 10-bit
-    # fields; a one-bit pass counts below k1 alone, in the whole int32. Three int32 counts a lane
-    # kept 8-16 B local frames at the 128-register cap in 10 of the 120 NVIDIA specs, and two in
-    # one int32 with the third apart 8 B frames in 2 (sm_100) (Triton 3.9, offline).
-    new_k, new_below = cut_k, below_k
-    packed = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int32)
-    ahead = _raw_tile(logits_ptr, row_offsets, active_k, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
-    two = digit_bits == 2
-    never = tl.zeros([BLOCK_R], dtype=tl.int32)  # no level is below 0
-    k2 = tl.where(two, k2, never)
-    k3 = tl.where(two, k3, never)
-    for k in range(num_blocks):
-        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, active_k, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
-        level = _levels(x, row_max, scale, tl.int32)
-        packed += (tl.where(ok & (level < k1[:, None]), 1, 0) + tl.where(ok & (level < k2[:, None]), COUNT_FIELD_2, 0)
-                   + tl.where(ok & (level < k3[:, None]), COUNT_FIELD_3, 0))
-    first = tl.where(two, packed & (COUNT_FIELD_TILES - 1), packed)
-    count = tl.sum(first, axis=1).to(tl.int64)
-    take = active_k & (k1 <= LEVEL_MAX) & (count < top_k)
-    new_k, new_below = tl.where(take, k1.to(tl.int64), new_k), tl.where(take, count, new_below)
-    count = tl.sum((packed >> COUNT_FIELD_BITS) & (COUNT_FIELD_TILES - 1), axis=1).to(tl.int64)
-    take = two & active_k & (k2 <= LEVEL_MAX) & (count < top_k)
-    new_k, new_below = tl.where(take, k2.to(tl.int64), new_k), tl.where(take, count, new_below)
-    count = tl.sum((packed >> COUNT_FIELD_3_SHIFT) & (COUNT_FIELD_TILES - 1), axis=1).to(tl.int64)
-    take = two & active_k & (k3 <= LEVEL_MAX) & (count < top_k)
-    new_k, new_below = tl.where(take, k3.to(tl.int64), new_k), tl.where(take, count, new_below)
-    return new_k, new_below
+def _window_cut(counts, active, prefix, below, limit, table_ptr, WEIGHED: tl.constexpr, BLOCK_R: tl.constexpr):
+    """One search's cut from its window's counts (``_count_windows``; WEIGHED: top-p's, each level
+    weighing its count times its weight, else top-k's counts): the largest level L in the window,
+    <= LEVEL_MAX, whose sum below (``below``, the sum below the prefix, plus the window's levels
+    under L) is < ``limit``. That predicate holds on a prefix of the window (the digits chose it
+    so), so the cut is the prefix plus the number of levels where it holds, minus one (the prefix
+    itself where none does: no candidate level passed). Returns (cut, the sum below it, the count
+    at it), the prefix, ``below`` and 0 where not ``active``. The counts are read from L2
+    (``.cg``): other threads' atomic adds wrote them."""
+    holding = tl.zeros([BLOCK_R], dtype=tl.int64)
+    running = below
+    below_cut = below
+    for part in range(WINDOW // CUT_TILE):
+        offsets = part * CUT_TILE + tl.arange(0, CUT_TILE)
+        count = tl.load(counts[:, None] + offsets[None, :], mask=active[:, None], other=0, cache_modifier=".cg").to(tl.int64)
+        level = prefix[:, None] + offsets[None, :]
+        if WEIGHED:
+            count = count * _weights(level, table_ptr, (count > 0) & (level <= LEVEL_MAX))
+        before = running[:, None] + tl.cumsum(count, axis=1) - count
+        holds = (before.to(tl.float64) < limit[:, None]) & (level <= LEVEL_MAX)
+        holding += tl.sum(holds.to(tl.int64), axis=1)
+        below_cut = tl.maximum(below_cut, tl.max(tl.where(holds, before, 0), axis=1))  # the sums grow along the window
+        running += tl.sum(count, axis=1)
+    offset = tl.maximum(holding - 1, 0)
+    at_cut = tl.load(counts + offset, mask=active, other=0, cache_modifier=".cg").to(tl.int64)
+    return tl.where(active, prefix + offset, prefix), tl.where(active, below_cut, below), tl.where(active, at_cut, 0)
 
 
 @triton.jit
@@ -479,17 +417,15 @@ def _listed_results(scratch, listed, key_cut, level_cut, kept_total, BLOCK_V: tl
 @triton.jit
 def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
                     window_ptr, window_rows, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr,
-                    COUNT_BITS: tl.constexpr, WINDOW_GROUP: tl.constexpr, LIST_TOP_K: tl.constexpr):
+                    LIST_TOP_K: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
     top-p level cut, kept total W'). A row whose top-k is at most LIST_TOP_K takes the cuts and
     W' from ``_listed_cuts`` (one pass after the max, which keeps the lanes' maxima for it) unless
-    its list overflows. Otherwise,
-    passes over a row: one for max/argmax(/lse); with top-p on,
-    one for the total weight; with top-p or top-k on, the level search (top-p: WINDOW_DEPTH passes,
-    then one storing its window, whose search reads the scratch; top-k: 8 passes alone, up to 10
-    more beside top-p's) and one tie count (and, when the top-k cut splits a tie, one tile read
-    again: ``_tied_id``); one for the kept total. ``window_ptr`` + ``window_rows`` (R,): each
-    row's top-p window scratch (int16, as long as the row's tiles)."""
+    its list overflows. Otherwise, passes over a row: one for max/argmax(/lse); with top-p or
+    top-k on, the level search (two digit passes and one counting the windows, whose counts give
+    the cuts) and, only when the top-k cut splits the ids tied at its level, one tie count and
+    one tile read again (``_tied_id``); one for the kept total. ``window_ptr`` + ``window_rows``
+    (R,): each row's scratch (int16 elements, ``fused_scratch_len``)."""
     num_blocks = tl.cdiv(vocab, BLOCK_V)
     # Every row pass reads a tile ahead through sampling_rows' chunk helpers, the whole row as
     # chunk 0 (H100, the fused walk forced: 0.84-0.86x of its time with top-k and top-p at
@@ -515,84 +451,53 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
         use_top_p = use_top_p & (listed == 0)
         use_top_k = use_top_k & (listed == 0)
     if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
-        # Every pass sums per lane and reduces once after the row: a sum per tile synchronised
-        # the program's warps at every tile (H100: the walk took 0.70-0.74x its time without it).
-        lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
-        if tl.max(use_top_p.to(tl.int32), axis=0) > 0:
-            ahead = _raw_tile(logits_ptr, row_offsets, use_top_p, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
-            for k in range(num_blocks):
-                cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, use_top_p, 0, row_len, k, vocab, stride_col, BLOCK_V,
-                                                SCALAR_LOADS=True)
-                lanes += tl.where(ok, _weights(_levels(x, row_max, scale), table_ptr, None), 0)
-        total = tl.sum(lanes, axis=1)
-        bound = top_p * total.to(tl.float64)
-        cut_p = tl.zeros([BLOCK_R], dtype=tl.int64)
-        cut_k = tl.zeros([BLOCK_R], dtype=tl.int64)
-        below_k = tl.zeros([BLOCK_R], dtype=tl.int64)  # count(levels < cut_k)
-        # A search that _binding stops (the other cut lies wholly below its range) keeps its
-        # prefix. While a top-p search is left, a pass decides one bit of both cuts (the mass and
-        # the count below one candidate each); once only top-k searches are left, a pass decides
-        # two bits of cut_k from the counts below three candidates (_count_digit), no weights:
-        # the three counts share one int32 a lane.
-        active_p, active_k = use_top_p, use_top_k
-        # After WINDOW_DEPTH bits, top-p's search pauses: its cut lies in the window [cut_p, cut_p +
-        # 2^(16 - WINDOW_DEPTH)), whose ids are stored once and searched alone after the loop
-        # (_top_p_in_window). p_mass: the mass of the levels below cut_p.
-        p_mass = tl.zeros([BLOCK_R], dtype=tl.int64)
-        paused = tl.zeros([BLOCK_R], dtype=tl.int1)
-        if COUNT_BITS == 2:
-            decided = 0  # top bits of the cuts decided so far
-            while decided < LEVEL_SEARCH_BITS:
-                if tl.max(active_p.to(tl.int32), axis=0) > 0:
-                    cut_p, cut_k, below_k, p_mass, paused, active_p = _top_p_bit(
-                        logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, p_mass, paused, decided, row_len,
-                        num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V, WINDOW_GROUP)
-                    decided += 1
-                else:
-                    # Two bits while two are left (16 - decided is odd after an odd number of
-                    # one-bit passes) and the packed counts hold a row's tiles (_count_digit).
-                    digit_bits = 1
-                    if (LEVEL_SEARCH_BITS - decided >= 2) & (num_blocks < COUNT_FIELD_TILES):
-                        digit_bits = 2
-                    cut_k, below_k = _count_digit(logits_ptr, row_offsets, active_k, top_k, cut_k, below_k,
-                                                  LEVEL_SEARCH_BITS - decided - digit_bits, digit_bits, row_len, num_blocks, vocab, stride_col,
-                                                  row_max, scale, BLOCK_R, BLOCK_V)
-                    decided += digit_bits
-                active_p, active_k = _searches_left(cut_p, cut_k, active_p, active_k, paused)
-        else:  # one bit a pass throughout (fused_count_bits)
-            for step in range(LEVEL_SEARCH_BITS):
-                cut_p, cut_k, below_k, p_mass, paused, active_p = _top_p_bit(
-                    logits_ptr, row_offsets, active_p, active_k, top_k, bound, cut_p, cut_k, below_k, p_mass, paused, step, row_len,
-                    num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V, WINDOW_GROUP)
-                active_p, active_k = _searches_left(cut_p, cut_k, active_p, active_k, paused)
-        if WINDOW_GROUP > 0:  # a constexpr: 0 compiles no window search
-            if tl.max(paused.to(tl.int32), axis=0) > 0:
-                cut_p = _top_p_in_window(logits_ptr, row_offsets, window_ptr, window_rows, paused, cut_p, p_mass, bound, row_len,
-                                         num_blocks, vocab, stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V, WINDOW_GROUP)
+        # Two digit passes decide the top 4 bits of both cuts (the first sums top-p's total weight
+        # too), one pass counts each cut's window of the other 12 bits, and the cuts are read off
+        # the counts: top-p alone takes 3 passes here where a search of one bit a pass took 4 and
+        # then 12 over its stored window, and top-k alone 3 where it took 8. A search that
+        # _binding stops keeps its prefix (the other cut lies wholly below its range).
+        zero = tl.zeros([BLOCK_R], dtype=tl.int64)
+        weight_0, weight_1, weight_2, count_0, count_1, count_2 = _digit_pass(
+            logits_ptr, row_offsets, use_top_p, use_top_k, zero, zero, FIRST_DIGIT_SHIFT, row_len, num_blocks, vocab, stride_col, row_max,
+            scale, table_ptr, BLOCK_R, BLOCK_V)
+        bound = top_p * (weight_0 + weight_1 + weight_2).to(tl.float64)
+        limit_k = top_k.to(tl.float64)  # count < k, exactly (counts < 2^53)
+        prefix_p, below_p = _next_digit(zero, zero, weight_0, weight_1, weight_2, use_top_p, bound, FIRST_DIGIT_SHIFT)
+        prefix_k, below_k = _next_digit(zero, zero, count_0, count_1, count_2, use_top_k, limit_k, FIRST_DIGIT_SHIFT)
+        active_p, active_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k)
+        if tl.max((active_p | active_k).to(tl.int32), axis=0) > 0:
+            weight_0, weight_1, weight_2, count_0, count_1, count_2 = _digit_pass(
+                logits_ptr, row_offsets, active_p, active_k, prefix_p, prefix_k, SECOND_DIGIT_SHIFT, row_len, num_blocks, vocab, stride_col,
+                row_max, scale, table_ptr, BLOCK_R, BLOCK_V)
+            prefix_p, below_p = _next_digit(prefix_p, below_p, weight_0, weight_1, weight_2, active_p, bound, SECOND_DIGIT_SHIFT)
+            prefix_k, below_k = _next_digit(prefix_k, below_k, count_0, count_1, count_2, active_k, limit_k, SECOND_DIGIT_SHIFT)
+            active_p, active_k = _binding(prefix_p, prefix_k, active_p, active_k)
+        cut_p, cut_k = prefix_p, prefix_k
+        tied = zero  # ids at top-k's cut level
+        if tl.max((active_p | active_k).to(tl.int32), axis=0) > 0:
+            counts = (window_ptr + window_rows).to(tl.pointer_type(tl.int32))
+            if tl.max(active_p.to(tl.int32), axis=0) > 0:
+                _count_window(logits_ptr, row_offsets, counts, active_p, prefix_p, row_len, num_blocks, vocab, stride_col, row_max, scale,
+                              BLOCK_R, BLOCK_V)
+                cut_p, _, _ = _window_cut(counts, active_p, prefix_p, below_p, bound, table_ptr, True, BLOCK_R)
+            if tl.max(active_k.to(tl.int32), axis=0) > 0:
+                _count_window(logits_ptr, row_offsets, counts, active_k, prefix_k, row_len, num_blocks, vocab, stride_col, row_max, scale,
+                              BLOCK_R, BLOCK_V)
+                cut_k, below_k, tied = _window_cut(counts, active_k, prefix_k, below_k, limit_k, table_ptr, False, BLOCK_R)
         level_cut = tl.where(use_top_p, cut_p, level_cut)
         # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k; a stopped
-        # top-k search keeps every level up to its prefix (above cut_p: no tie to split). One pass
-        # counts the ties tile by tile and notes the tile holding the (k - below_k)-th (in id
-        # order); when the cut splits the ties, that one tile is read again and the id found by a
-        # bitwise search over its positions in registers. A search over the row's ids took
-        # ceil(log2 V) passes (18 at V 151936), and with bf16 logits the k-th level is usually tied.
+        # top-k search keeps every level up to its prefix (above cut_p: no tie to split). When the
+        # cut splits the tied ids (the window counted them), one pass counts the ties tile by tile
+        # to the tile holding the (k - below_k)-th (in id order), and that one tile is read again
+        # and the id found by a bitwise search over its positions in registers. A search over the
+        # row's ids took ceil(log2 V) passes (18 at V 151936), and with bf16 logits the k-th level
+        # is usually tied.
         need = top_k - below_k
-        tied = tl.zeros([BLOCK_R], dtype=tl.int64)
-        crossing_tile = tl.zeros([BLOCK_R], dtype=tl.int32)
-        rank = tl.zeros([BLOCK_R], dtype=tl.int64)  # of the last kept tie among its tile's ties
-        if tl.max(active_k.to(tl.int32), axis=0) > 0:
-            ahead = _raw_tile(logits_ptr, row_offsets, active_k, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
-            for k in range(num_blocks):
-                cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, active_k, 0, row_len, k, vocab, stride_col, BLOCK_V,
-                                                SCALAR_LOADS=True)
-                in_tile = tl.sum((ok & (_levels(x, row_max, scale) == cut_k[:, None])).to(tl.int32), axis=1).to(tl.int64)
-                crosses = (tied < need) & (need <= tied + in_tile)
-                crossing_tile = tl.where(crosses, k, crossing_tile)
-                rank = tl.where(crosses, need - tied, rank)
-                tied += in_tile
         split_tie = active_k & (tied > need)
         id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
         if tl.max(split_tie.to(tl.int32), axis=0) > 0:
+            crossing_tile, rank = _crossing_tie_tile(logits_ptr, row_offsets, split_tie, cut_k, need, row_len, num_blocks, vocab, stride_col,
+                                                     row_max, scale, BLOCK_R, BLOCK_V)
             id_cut = tl.where(split_tie, _tied_id(logits_ptr, row_offsets, split_tie, crossing_tile, rank, cut_k, row_max, scale, vocab,
                                                  stride_col, BLOCK_R, BLOCK_V), id_cut)
         key_cut = tl.where(use_top_k, cut_k * ID_SCALE + id_cut, key_cut)
@@ -640,6 +545,25 @@ def _gather_logits(logits_ptr, row_offsets, ids, ok, stride_col):
 
 
 @triton.jit
+def _crossing_tie_tile(logits_ptr, row_offsets, rows, cut_k, need, row_len, num_blocks, vocab, stride_col, row_max, scale,
+                       BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """The tile of (R,) ``rows`` holding their ``need``-th id (in id order) at level ``cut_k``, and
+    that id's rank among the tile's ids at the level: one pass counting them tile by tile."""
+    tied = tl.zeros([BLOCK_R], dtype=tl.int64)
+    crossing_tile = tl.zeros([BLOCK_R], dtype=tl.int32)
+    rank = tl.zeros([BLOCK_R], dtype=tl.int64)
+    ahead = _raw_tile(logits_ptr, row_offsets, rows, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
+    for k in range(num_blocks):
+        cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, rows, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
+        in_tile = tl.sum((ok & (_levels(x, row_max, scale) == cut_k[:, None])).to(tl.int32), axis=1).to(tl.int64)
+        crosses = (tied < need) & (need <= tied + in_tile)
+        crossing_tile = tl.where(crosses, k, crossing_tile)
+        rank = tl.where(crosses, need - tied, rank)
+        tied += in_tile
+    return crossing_tile, rank
+
+
+@triton.jit
 def _tied_id(logits_ptr, row_offsets, rows_ok, tile, rank, cut_k, row_max, scale, vocab, stride_col, BLOCK_R: tl.constexpr,
              BLOCK_V: tl.constexpr):
     """The id of the ``rank``-th (1-based, in id order) token at level ``cut_k`` within tile
@@ -666,16 +590,15 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, logprob_ptr, bs, nodes, num_steps,
                        flag_ptr, flag_code, chain_shift, window_ptr,
                        BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, NB_PAD: tl.constexpr,
-                       PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr, COUNT_BITS: tl.constexpr,
-                       WINDOW_GROUP: tl.constexpr, LIST_TOP_K: tl.constexpr, BLOCK_TILES: tl.constexpr):
+                       PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr, LIST_TOP_K: tl.constexpr,
+                       BLOCK_TILES: tl.constexpr):
     """The from-logits tree walk: each request processes only the rows it stands on (the path
     nodes), at the moment it stands there, then samples its final token from the last one.
-    LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1)). COUNT_BITS:
-    bits a pass of the top-k cut search once no top-p search is left (fused_count_bits).
+    LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1)).
     LIST_TOP_K: the largest top-k listed rather than searched (``_listed_cuts``; 0: none).
     BLOCK_TILES: tiles of the final row's blocks (NB_PAD of them at most; ``fused_block_pad``).
-    ``window_ptr``: (bs, fused_scratch_len) int16 scratch of the top-p window search and the
-    top-k list."""
+    ``window_ptr``: (bs, fused_scratch_len) int16 scratch of the level search's window counts and
+    the top-k list."""
     BLOCK_SPAN: tl.constexpr = BLOCK_TILES * BLOCK_V  # ids of the final row's blocks
     req = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     req_ok = req < bs
@@ -685,7 +608,9 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
     ok = req_ok[:, None] & (lanes[None, :] < nodes)
     block_base = req.to(tl.int64) * nodes
     node_ids = block_base[:, None] + lanes[None, :]
-    window_rows = req.to(tl.int64) * tl.maximum(tl.cdiv(vocab, BLOCK_V) * BLOCK_V, 2 * LIST_DEPTH * BLOCK_V + LIST_SCRATCH)  # fused_scratch_len
+    LIST_LEN: tl.constexpr = 2 * LIST_DEPTH * BLOCK_V + LIST_SCRATCH
+    SCRATCH_LEN: tl.constexpr = LIST_LEN if LIST_LEN > 4 * WINDOW else 4 * WINDOW  # fused_scratch_len
+    window_rows = req.to(tl.int64) * SCRATCH_LEN
     cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
     # Error flag, as the walk of verify_sampling records; chain_shift 1 for a chain (its links are
@@ -719,7 +644,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
         row_offsets = node * stride_row
         new_max, new_arg, new_lse, new_key, new_level, new_total = _row_statistics(
             logits_ptr, row_offsets, standing, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
-            window_ptr, window_rows, BLOCK_R, BLOCK_V, LOGPROBS == 1, COUNT_BITS, WINDOW_GROUP, LIST_TOP_K)
+            window_ptr, window_rows, BLOCK_R, BLOCK_V, LOGPROBS == 1, LIST_TOP_K)
         row_max = tl.where(standing, new_max, row_max)
         argmax = tl.where(standing, new_arg, argmax)
         if LOGPROBS == 1:
@@ -932,46 +857,16 @@ def fused_options(target: KernelTarget, config: FusedLaunch, logprobs_mode: int,
     return {"maxnreg": min(cap, REGISTER_FILE // (config.warps * 32))}
 
 
-def fused_count_bits(target: KernelTarget, logprobs_mode: int, n_pad: int) -> int:
-    """Bits a pass of the fused walk's top-k cut search once no top-p search is left (the kernel's
-    COUNT_BITS): 2 (_count_digit's packed counts), except in the launches where that kept a local
-    frame at the 128-register cap: raw or processed logprobs at 16 or more lanes on sm_100 (8 B,
-    Triton 3.9, offline; frame-free there with one bit a pass; not timed: no Blackwell GPU here)."""
-    return 1 if target.blackwell and logprobs_mode >= 1 and n_pad >= 16 else 2
-
-
-def fused_window_group(target: KernelTarget, logprobs_mode: int, unit_stride: bool) -> int:
-    """Consecutive lanes that share a slot counter of the top-p window scratch (the kernel's
-    WINDOW_GROUP; 0: top-p's search stays on the row, as before the window), by compiler, chosen
-    with the offline compile matrix at the 128-register cap (sm_80/sm_90/sm_100 with Triton 3.9,
-    sm_90 with 3.6): a store of one id a lane takes a layout of its own; where the row's loads are
-    vectorised (unit stride), Triton 3.9 converted the store's 64-bit addresses through shared
-    memory and kept 8-48 B local frames in 22 of 120 specs, while groups of 4 (stores as contiguous
-    as the loads) compile clean there but keep 8 B frames in 17 specs of a non-unit stride, where
-    one id a lane is clean. Triton 3.6 kept 48-192 B frames with groups (sm_90), and compiles one
-    id a lane clean except with raw logprobs at a non-unit stride (8 B); sm_100 with raw logprobs
-    at unit stride kept 8 B with groups and 40 B without. Those two keep the row search."""
-    if target.vendor == "interpreter":
-        return 4 if _GROUPED_WINDOW_STORES else 1
-    if _GROUPED_WINDOW_STORES:
-        if not unit_stride:
-            return 1
-        return 0 if target.blackwell and logprobs_mode == 1 else 4
-    return 0 if logprobs_mode == 1 and not unit_stride else 1
-
-
-_GROUPED_WINDOW_STORES = Version(triton.__version__).release >= (3, 9)
-
-
 def fused_list_top_k(target: KernelTarget) -> int:
     """The largest top-k whose cut the fused walk takes from a list of the row's heaviest ids
     (``_listed_cuts``, the kernel's LIST_TOP_K) rather than the level search."""
     return LIST_TOP_K_MAX
 
 
-def fused_scratch_len(vocab: int, block_v: int) -> int:
-    """int16 elements of a request's scratch: top-p's window (a row's tiles) or top-k's list."""
-    return max(cdiv(vocab, block_v) * block_v, 2 * _LIST_DEPTH * block_v + _LIST_SCRATCH)
+def fused_scratch_len(block_v: int) -> int:
+    """int16 elements of a request's scratch: the level search's two windows of counts (int32,
+    ``_count_windows``) or top-k's list; a row uses one or the other."""
+    return max(4 * sampling_rows.WINDOW_LEVELS, 2 * _LIST_DEPTH * block_v + _LIST_SCRATCH)
 
 
 def _pow2(count: int) -> int:
@@ -1128,10 +1023,9 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
                                              final_coins=final_coins)
         accept, final = accept.contiguous(), final.contiguous()
     config = fused_launch(target, bs, nodes, vocab)
-    # Top-p's window scratch (2 bytes an id a request, _top_p_in_window) and top-k's list, only when
-    # a row may use them.
+    # The level search's window counts and top-k's list, only when a row may use them.
     may_cut = torch.is_tensor(top_p) or top_p < 1 or torch.is_tensor(top_k) or top_k > 0
-    window = torch.empty((bs, fused_scratch_len(vocab, config.block_v)) if may_cut else (1,), dtype=torch.int16, device=device)
+    window = torch.empty((bs, fused_scratch_len(config.block_v)) if may_cut else (1,), dtype=torch.int16, device=device)
     logprobs_mode = 0 if logprobs is None else semantics.LOGPROB_MODES.index(logprobs) + 1
     _fused_walk_kernel[(cdiv(bs, config.requests),)](
         logits, logits.stride(0), logits.stride(1), vocab, table,
@@ -1142,8 +1036,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain), window,
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=fused_block_pad(vocab, config),
         BLOCK_TILES=config.block_tiles, PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode,
-        COUNT_BITS=fused_count_bits(target, logprobs_mode, _pow2(nodes)),
-        WINDOW_GROUP=fused_window_group(target, logprobs_mode, logits.stride(1) == 1), LIST_TOP_K=fused_list_top_k(target),
+        LIST_TOP_K=fused_list_top_k(target),
         num_warps=config.warps,
         **fused_options(target, config, logprobs_mode, _pow2(nodes)),
     )
@@ -1290,8 +1183,8 @@ def compile_specs(target: KernelTarget):
         "seed_ptr": "*i64", "offset_ptr": "*i64", "predict_ptr": "*i32", "accept_ptr": "*i32", "num_correct_ptr": "*i32",
         "accept_lens_ptr": "*i32", "logprob_ptr": "*fp32", "bs": "i32", "nodes": "i32", "num_steps": "i32",
         "flag_ptr": "*i64", "flag_code": "i64", "chain_shift": "i32", "window_ptr": "*i16",
-        **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS", "COUNT_BITS",
-                                          "WINDOW_GROUP", "LIST_TOP_K", "BLOCK_TILES")}}
+        **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS",
+                                          "LIST_TOP_K", "BLOCK_TILES")}}
     for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
         config = fused_launch(target, bs, nodes, vocab)
         shape_constexprs = {"BLOCK_R": config.requests, "BLOCK_V": config.block_v, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1),
@@ -1304,12 +1197,10 @@ def compile_specs(target: KernelTarget):
         for logit_type, hashed, logprobs in variants:
             signature = {"logits_ptr": f"*{logit_type}", **fused_signature}
             constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs,
-                          "COUNT_BITS": fused_count_bits(target, logprobs, _pow2(nodes)), "LIST_TOP_K": fused_list_top_k(target)}
+                          "LIST_TOP_K": fused_list_top_k(target)}
             options = fused_options(target, config, logprobs, _pow2(nodes))
             # The generic spec: a strided vocabulary (stride_col an int); the specialised: unit stride.
-            specs.append((_fused_walk_kernel, signature, {**constexprs, "WINDOW_GROUP": fused_window_group(target, logprobs, False)},
-                          config.warps, {}, options))
-            constexprs["WINDOW_GROUP"] = fused_window_group(target, logprobs, True)
+            specs.append((_fused_walk_kernel, signature, constexprs, config.warps, {}, options))
             specs.append(runtime_specialized(target, _fused_walk_kernel, signature, constexprs, config.warps,
                                              values={"stride_row": vocab, "stride_col": 1, "vocab": vocab, "top_k_value": 50, "tensor_params": 15,
                                                      "bs": bs, "nodes": nodes, "num_steps": steps,

@@ -96,22 +96,18 @@ PROBE = textwrap.dedent("""
             config = original_launch(target, bs, nodes, vocab)
             return sampling_kernels.FusedLaunch(config.requests, block_v, 16, config.warps)
         return launch
-    # COUNT_BITS 1: the one-bit search that the launches with a local frame on sm_100 take;
-    # WINDOW_GROUP 4 and 1: top-p's window stored by groups of 4 lanes or a lane at a time; 0: the
-    # launches that keep top-p's whole search on the row. LIST_TOP_K 128: top-k up to 128 from the
-    # list of the heaviest ids (_listed_cuts; with 16 or 32 lanes, k above the lanes and rows whose
-    # list overflows search); 0: every top-k searched
-    for block_v, count_bits, group, list_top_k in ((16, 2, 4, 128), (32, 2, 1, 128), (16, 1, 4, 0), (16, 2, 1, 128), (32, 1, 0, 0)):
+    # LIST_TOP_K 128: top-k up to 128 from the list of the heaviest ids (_listed_cuts; with 16 or
+    # 32 lanes, k above the lanes and rows whose list overflows search); 0: every top-k searched.
+    # 64-id tiles: groups of 32 ids in the window counts, two a tile.
+    for block_v, list_top_k in ((16, 128), (32, 128), (16, 0), (32, 0), (64, 0)):
         sampling_kernels.fused_launch = tiles_of(block_v)
-        sampling_kernels.fused_count_bits = lambda target, logprobs_mode, n_pad, bits=count_bits: bits
-        sampling_kernels.fused_window_group = lambda target, logprobs_mode, unit_stride, group=group: group
         sampling_kernels.fused_list_top_k = lambda target, list_top_k=list_top_k: list_top_k
         for name, params in cases.items():
             for dtype in (torch.float32, torch.bfloat16):
                 args = dict(params, coins=torch.zeros(bs, 0), final_coins=final_coins, logprobs="processed")
                 want = reference.verify_chain_sampling_from_logits(no_drafts, None, logits.to(dtype), **args)
                 got = kernels.verify_chain_sampling_from_logits(no_drafts, None, logits.to(dtype), **args)
-                results[f"block_v={block_v} bits={count_bits} group={group} list={list_top_k} {name} {dtype} final"] = bool(
+                results[f"block_v={block_v} list={list_top_k} {name} {dtype} final"] = bool(
                     torch.equal(want.verdict.predict, got.verdict.predict)
                     and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
             chain_params = {key: (value[::coins_per_row] if torch.is_tensor(value) else value) for key, value in params.items()}
@@ -119,12 +115,12 @@ PROBE = textwrap.dedent("""
             want = reference.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
             got = kernels.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
             same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
-            results[f"block_v={block_v} bits={count_bits} group={group} list={list_top_k} {name} chain"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
+            results[f"block_v={block_v} list={list_top_k} {name} chain"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
                                                                                      equal_nan=True))
-    # 1025 tiles a row: more than the two-bit passes' 10-bit counts hold, so one bit a pass
-    sampling_kernels.fused_launch, sampling_kernels.fused_count_bits = tiles_of(16), lambda target, logprobs_mode, n_pad: 2
+    # 1025 tiles a row: a lane's digit counts carried over a thousand tiles; top-p 0.9 there: a
+    # window of thousands of ids
+    sampling_kernels.fused_launch = tiles_of(16)
     wide = torch.randn(8, 16400, generator=generator).to(torch.bfloat16)
-    # top-p 0.9 there: a window of thousands of ids, hundreds of slots deep a lane
     for name, params in (("top-k 3000", dict(top_k=3000)), ("top-p 0.9", dict(top_p=0.9))):
         args = dict(params, temperature=1.0, coins=torch.zeros(8, 0), final_coins=(torch.arange(8) + 0.5) / 8, logprobs="processed")
         want = reference.verify_chain_sampling_from_logits(torch.zeros(8, 0, dtype=torch.int64), None, wide, **args)
