@@ -4,21 +4,22 @@
   walked): kernels/sampling_rows.py, split along the vocabulary across programs.
 * ``_row_statistics`` (a device function of the fused walk): the same statistics computed by one
   program over a whole row. Passes over the vocabulary: max/argmax (and the raw log-sum-exp when
-  logprobs are asked for); when the row has top_p < 1 or 0 < top_k < V, the total weight (top-p)
-  and a search over the 16 bits of the levels that finds the top-p and the top-k cut levels in the
-  same passes, one bit a pass while a top-p search is left and two bits a pass (counts only,
-  ``_count_digit``) once only top-k's is; top-p's search leaves the row after its top
-  WINDOW_DEPTH (4) bits: one pass stores its window (the ids whose levels its cut can still
-  take) in a per-request scratch, where the other 12 bits are searched (``_top_p_in_window``);
-  one pass counting the ties at the top-k level tile by tile and, only when the cut splits them,
-  one re-read tile where the last tied id kept is found in registers (``_tied_id``); the kept
-  total (8 row passes with top-p alone, up to 16 with both masks, 11 with top-k alone). A row
+  logprobs are asked for); when the row has top_p < 1 or 0 < top_k < V, the level search of
+  the top-p and the top-k cut levels: two passes decide the top 4 bits of both, two a pass
+  (``_digit_pass``: the weights and counts of three digits above each prefix; the first also
+  sums the total weight), then one pass a search counts the ids at every level of its window
+  of the other 12 bits into the request's scratch (``_count_window``: atomic adds) and the cut
+  is read off the counts (``_window_cut``); only when top-k's cut splits the ids tied at its
+  level, one pass finding the tile of the last kept tie (``_crossing_tie_tile``) and that tile
+  read again, the id found in registers (``_tied_id``); the kept total (5 row passes with
+  either mask alone, 6 with both, one more for a split tie). A row
   with 0 < top_k <= LIST_TOP_K (128) takes its cuts from a list of its heaviest ids instead
   (``_listed_cuts``, since the fortieth session): the max pass keeps each lane's max, one pass
   lists the ids at or above the k-th lane max's level (and sums the total weight, for top-p),
   and each listed id's rank and running weight give both cuts and the kept total (2 row passes
   in all, as temperature alone takes); a row whose list overflows
-  (more than LIST_DEPTH ids a lane or LIST_CAP a row) searches as above. Every
+  (more than LIST_DEPTH ids a lane or LIST_CAP a row) searches as above. A launch where no row
+  can have a cut (CUTS False: the host knows top_k and top_p are off) compiles neither. Every
   quantity the masks use is an exact integer (levels, weights, keys, int64 sums) or a single
   correctly rounded float operation, so the result is bit-identical to the reference.
 * ``_hash_coins_kernel``: the counter-based coins (``hash(seed, offset, position, purpose)``),
@@ -63,7 +64,7 @@ LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
 # from the sums of three digits (_digit_pass; the first pass's three digits of 2^14 levels hold
 # every level, LEVEL_MAX < 3 * 2^14, so it sums the total weight too), then one pass counts the ids
 # at every level of each cut's window of the other 12 bits (sampling_rows.WINDOW levels) in the
-# request's scratch (_count_windows), where the cuts are read off (_window_cut).
+# request's scratch (_count_window), where the cuts are read off (_window_cut).
 FIRST_DIGIT_SHIFT = tl.constexpr(14)
 SECOND_DIGIT_SHIFT = tl.constexpr(12)
 assert semantics.LEVEL_MAX < 3 << 14 and sampling_rows.WINDOW_LEVELS == 1 << 12
@@ -72,7 +73,7 @@ assert semantics.LEVEL_MAX < 3 << 14 and sampling_rows.WINDOW_LEVELS == 1 << 12
 _DIGIT_FIELD_BITS = 21
 DIGIT_FIELD_BITS = tl.constexpr(_DIGIT_FIELD_BITS)
 DIGIT_FIELD_MASK = tl.constexpr((1 << _DIGIT_FIELD_BITS) - 1)
-ZERO_TILE = tl.constexpr(512)  # window levels a store zeroes (_count_windows)
+ZERO_TILE = tl.constexpr(512)  # window levels a store zeroes (_count_window)
 CUT_TILE = tl.constexpr(512)  # window levels a step of _window_cut reads
 REGISTER_FILE = 65536  # 32-bit registers an SM (sm_80 to sm_100)
 # The listed top-k (_listed_cuts): rows with 0 < top_k <= the launch's LIST_TOP_K (at most
@@ -240,7 +241,7 @@ def _count_window(logits_ptr, row_offsets, counts, rows, prefix, row_len, num_bl
 
 @triton.jit
 def _window_cut(counts, active, prefix, below, limit, table_ptr, WEIGHED: tl.constexpr, BLOCK_R: tl.constexpr):
-    """One search's cut from its window's counts (``_count_windows``; WEIGHED: top-p's, each level
+    """One search's cut from its window's counts (``_count_window``; WEIGHED: top-p's, each level
     weighing its count times its weight, else top-k's counts): the largest level L in the window,
     <= LEVEL_MAX, whose sum below (``below``, the sum below the prefix, plus the window's levels
     under L) is < ``limit``. That predicate holds on a prefix of the window (the digits chose it
@@ -417,7 +418,7 @@ def _listed_results(scratch, listed, key_cut, level_cut, kept_total, BLOCK_V: tl
 @triton.jit
 def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
                     window_ptr, window_rows, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr,
-                    LIST_TOP_K: tl.constexpr):
+                    CUTS: tl.constexpr, LIST_TOP_K: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
     top-p level cut, kept total W'). A row whose top-k is at most LIST_TOP_K takes the cuts and
     W' from ``_listed_cuts`` (one pass after the max, which keeps the lanes' maxima for it) unless
@@ -436,75 +437,78 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
                                                    WANT_LSE, SCALAR_LOADS=True)
     lse = tl.where(row_max > float("-inf"), row_max + tl.log(sum_exp), float("-inf"))
 
-    # The cuts, by bitwise searches for the largest level L whose (monotone) predicate holds:
-    # top-p's float64(mass of levels < L) < top_p * W, top-k's count(levels < L) < k. The two
-    # searches share their passes over the row; rows with neither mask skip them.
+    # The cuts: the largest level L whose (monotone) predicate holds, top-p's float64(mass of
+    # levels < L) < top_p * W, top-k's count(levels < L) < k. The two searches share their digit
+    # passes; rows with neither mask skip them.
     use_top_p = row_ok & (greedy == 0) & (top_p < 1)
     use_top_k = row_ok & (greedy == 0) & (top_k > 0)
     level_cut = tl.full([BLOCK_R], LEVEL_MAX, dtype=tl.int64)
     key_cut = tl.full([BLOCK_R], KEEP_ALL_KEY, dtype=tl.int64)
-    listing = use_top_k & (top_k <= LIST_TOP_K)  # LIST_TOP_K 0: none
     listed = tl.zeros([BLOCK_R], dtype=tl.int1)
-    if tl.max(listing.to(tl.int32), axis=0) > 0:
-        listed = _listed_cuts(logits_ptr, row_offsets, listing, vocab, stride_col, row_max, lane_max, scale, top_k, use_top_p, top_p,
-                              min_weight, table_ptr, window_ptr + window_rows, row_len, num_blocks, BLOCK_R, BLOCK_V)
-        use_top_p = use_top_p & (listed == 0)
-        use_top_k = use_top_k & (listed == 0)
-    if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
-        # Two digit passes decide the top 4 bits of both cuts (the first sums top-p's total weight
-        # too), one pass counts each cut's window of the other 12 bits, and the cuts are read off
-        # the counts: top-p alone takes 3 passes here where a search of one bit a pass took 4 and
-        # then 12 over its stored window, and top-k alone 3 where it took 8. A search that
-        # _binding stops keeps its prefix (the other cut lies wholly below its range).
-        zero = tl.zeros([BLOCK_R], dtype=tl.int64)
-        weight_0, weight_1, weight_2, count_0, count_1, count_2 = _digit_pass(
-            logits_ptr, row_offsets, use_top_p, use_top_k, zero, zero, FIRST_DIGIT_SHIFT, row_len, num_blocks, vocab, stride_col, row_max,
-            scale, table_ptr, BLOCK_R, BLOCK_V)
-        bound = top_p * (weight_0 + weight_1 + weight_2).to(tl.float64)
-        limit_k = top_k.to(tl.float64)  # count < k, exactly (counts < 2^53)
-        prefix_p, below_p = _next_digit(zero, zero, weight_0, weight_1, weight_2, use_top_p, bound, FIRST_DIGIT_SHIFT)
-        prefix_k, below_k = _next_digit(zero, zero, count_0, count_1, count_2, use_top_k, limit_k, FIRST_DIGIT_SHIFT)
-        active_p, active_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k)
-        if tl.max((active_p | active_k).to(tl.int32), axis=0) > 0:
+    # CUTS (a constexpr): launches where no row can have a cut (the host knows top_k and top_p are
+    # off) compile neither the list nor the search, whose registers the other passes then keep.
+    if CUTS:
+        listing = use_top_k & (top_k <= LIST_TOP_K)  # LIST_TOP_K 0: none
+        if tl.max(listing.to(tl.int32), axis=0) > 0:
+            listed = _listed_cuts(logits_ptr, row_offsets, listing, vocab, stride_col, row_max, lane_max, scale, top_k, use_top_p, top_p,
+                                  min_weight, table_ptr, window_ptr + window_rows, row_len, num_blocks, BLOCK_R, BLOCK_V)
+            use_top_p = use_top_p & (listed == 0)
+            use_top_k = use_top_k & (listed == 0)
+        if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
+            # Two digit passes decide the top 4 bits of both cuts (the first sums top-p's total weight
+            # too), one pass counts each cut's window of the other 12 bits, and the cuts are read off
+            # the counts: top-p alone takes 3 passes here where a search of one bit a pass took 4 and
+            # then 12 over its stored window, and top-k alone 3 where it took 8. A search that
+            # _binding stops keeps its prefix (the other cut lies wholly below its range).
+            zero = tl.zeros([BLOCK_R], dtype=tl.int64)
             weight_0, weight_1, weight_2, count_0, count_1, count_2 = _digit_pass(
-                logits_ptr, row_offsets, active_p, active_k, prefix_p, prefix_k, SECOND_DIGIT_SHIFT, row_len, num_blocks, vocab, stride_col,
+                logits_ptr, row_offsets, use_top_p, use_top_k, zero, zero, FIRST_DIGIT_SHIFT, row_len, num_blocks, vocab, stride_col,
                 row_max, scale, table_ptr, BLOCK_R, BLOCK_V)
-            prefix_p, below_p = _next_digit(prefix_p, below_p, weight_0, weight_1, weight_2, active_p, bound, SECOND_DIGIT_SHIFT)
-            prefix_k, below_k = _next_digit(prefix_k, below_k, count_0, count_1, count_2, active_k, limit_k, SECOND_DIGIT_SHIFT)
-            active_p, active_k = _binding(prefix_p, prefix_k, active_p, active_k)
-        cut_p, cut_k = prefix_p, prefix_k
-        tied = zero  # ids at top-k's cut level
-        if tl.max((active_p | active_k).to(tl.int32), axis=0) > 0:
-            counts = (window_ptr + window_rows).to(tl.pointer_type(tl.int32))
-            if tl.max(active_p.to(tl.int32), axis=0) > 0:
-                _count_window(logits_ptr, row_offsets, counts, active_p, prefix_p, row_len, num_blocks, vocab, stride_col, row_max, scale,
-                              BLOCK_R, BLOCK_V)
-                cut_p, _, _ = _window_cut(counts, active_p, prefix_p, below_p, bound, table_ptr, True, BLOCK_R)
-            if tl.max(active_k.to(tl.int32), axis=0) > 0:
-                _count_window(logits_ptr, row_offsets, counts, active_k, prefix_k, row_len, num_blocks, vocab, stride_col, row_max, scale,
-                              BLOCK_R, BLOCK_V)
-                cut_k, below_k, tied = _window_cut(counts, active_k, prefix_k, below_k, limit_k, table_ptr, False, BLOCK_R)
-        level_cut = tl.where(use_top_p, cut_p, level_cut)
-        # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k; a stopped
-        # top-k search keeps every level up to its prefix (above cut_p: no tie to split). When the
-        # cut splits the tied ids (the window counted them), one pass counts the ties tile by tile
-        # to the tile holding the (k - below_k)-th (in id order), and that one tile is read again
-        # and the id found by a bitwise search over its positions in registers. A search over the
-        # row's ids took ceil(log2 V) passes (18 at V 151936), and with bf16 logits the k-th level
-        # is usually tied.
-        need = top_k - below_k
-        split_tie = active_k & (tied > need)
-        id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
-        if tl.max(split_tie.to(tl.int32), axis=0) > 0:
-            crossing_tile, rank = _crossing_tie_tile(logits_ptr, row_offsets, split_tie, cut_k, need, row_len, num_blocks, vocab, stride_col,
-                                                     row_max, scale, BLOCK_R, BLOCK_V)
-            id_cut = tl.where(split_tie, _tied_id(logits_ptr, row_offsets, split_tie, crossing_tile, rank, cut_k, row_max, scale, vocab,
-                                                 stride_col, BLOCK_R, BLOCK_V), id_cut)
-        key_cut = tl.where(use_top_k, cut_k * ID_SCALE + id_cut, key_cut)
+            bound = top_p * (weight_0 + weight_1 + weight_2).to(tl.float64)
+            limit_k = top_k.to(tl.float64)  # count < k, exactly (counts < 2^53)
+            prefix_p, below_p = _next_digit(zero, zero, weight_0, weight_1, weight_2, use_top_p, bound, FIRST_DIGIT_SHIFT)
+            prefix_k, below_k = _next_digit(zero, zero, count_0, count_1, count_2, use_top_k, limit_k, FIRST_DIGIT_SHIFT)
+            active_p, active_k = _binding(prefix_p, prefix_k, use_top_p, use_top_k)
+            if tl.max((active_p | active_k).to(tl.int32), axis=0) > 0:
+                weight_0, weight_1, weight_2, count_0, count_1, count_2 = _digit_pass(
+                    logits_ptr, row_offsets, active_p, active_k, prefix_p, prefix_k, SECOND_DIGIT_SHIFT, row_len, num_blocks, vocab,
+                    stride_col, row_max, scale, table_ptr, BLOCK_R, BLOCK_V)
+                prefix_p, below_p = _next_digit(prefix_p, below_p, weight_0, weight_1, weight_2, active_p, bound, SECOND_DIGIT_SHIFT)
+                prefix_k, below_k = _next_digit(prefix_k, below_k, count_0, count_1, count_2, active_k, limit_k, SECOND_DIGIT_SHIFT)
+                active_p, active_k = _binding(prefix_p, prefix_k, active_p, active_k)
+            cut_p, cut_k = prefix_p, prefix_k
+            tied = zero  # ids at top-k's cut level
+            if tl.max((active_p | active_k).to(tl.int32), axis=0) > 0:
+                counts = (window_ptr + window_rows).to(tl.pointer_type(tl.int32))
+                if tl.max(active_p.to(tl.int32), axis=0) > 0:
+                    _count_window(logits_ptr, row_offsets, counts, active_p, prefix_p, row_len, num_blocks, vocab, stride_col, row_max,
+                                  scale, BLOCK_R, BLOCK_V)
+                    cut_p, _, _ = _window_cut(counts, active_p, prefix_p, below_p, bound, table_ptr, True, BLOCK_R)
+                if tl.max(active_k.to(tl.int32), axis=0) > 0:
+                    _count_window(logits_ptr, row_offsets, counts, active_k, prefix_k, row_len, num_blocks, vocab, stride_col, row_max,
+                                  scale, BLOCK_R, BLOCK_V)
+                    cut_k, below_k, tied = _window_cut(counts, active_k, prefix_k, below_k, limit_k, table_ptr, False, BLOCK_R)
+            level_cut = tl.where(use_top_p, cut_p, level_cut)
+            # top-k keeps the levels below cut_k and the (k - below_k) lowest ids at cut_k; a stopped
+            # top-k search keeps every level up to its prefix (above cut_p: no tie to split). When the
+            # cut splits the tied ids (the window counted them), one pass counts the ties tile by tile
+            # to the tile holding the (k - below_k)-th (in id order), and that one tile is read again
+            # and the id found by a bitwise search over its positions in registers. A search over the
+            # row's ids took ceil(log2 V) passes (18 at V 151936), and with bf16 logits the k-th level
+            # is usually tied.
+            need = top_k - below_k
+            split_tie = active_k & (tied > need)
+            id_cut = tl.full([BLOCK_R], ID_LAST, dtype=tl.int64)
+            if tl.max(split_tie.to(tl.int32), axis=0) > 0:
+                crossing_tile, rank = _crossing_tie_tile(logits_ptr, row_offsets, split_tie, cut_k, need, row_len, num_blocks, vocab,
+                                                         stride_col, row_max, scale, BLOCK_R, BLOCK_V)
+                id_cut = tl.where(split_tie, _tied_id(logits_ptr, row_offsets, split_tie, crossing_tile, rank, cut_k, row_max, scale, vocab,
+                                                     stride_col, BLOCK_R, BLOCK_V), id_cut)
+            key_cut = tl.where(use_top_k, cut_k * ID_SCALE + id_cut, key_cut)
 
     # The kept total W' (a listed row's is the list's).
     kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
-    if tl.max(listed.to(tl.int32), axis=0) > 0:
+    if CUTS and tl.max(listed.to(tl.int32), axis=0) > 0:
         key_cut, level_cut, kept_total = _listed_results(window_ptr + window_rows, listed, key_cut, level_cut, kept_total, BLOCK_V)
     summing = row_ok & (listed == 0)
     if tl.max(summing.to(tl.int32), axis=0) > 0:
@@ -590,12 +594,13 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
                        predict_ptr, accept_ptr, num_correct_ptr, accept_lens_ptr, logprob_ptr, bs, nodes, num_steps,
                        flag_ptr, flag_code, chain_shift, window_ptr,
                        BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, N_PAD: tl.constexpr, W_PAD: tl.constexpr, NB_PAD: tl.constexpr,
-                       PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr, LIST_TOP_K: tl.constexpr,
+                       PIECE: tl.constexpr, HASH_COINS: tl.constexpr, LOGPROBS: tl.constexpr, CUTS: tl.constexpr, LIST_TOP_K: tl.constexpr,
                        BLOCK_TILES: tl.constexpr):
     """The from-logits tree walk: each request processes only the rows it stands on (the path
     nodes), at the moment it stands there, then samples its final token from the last one.
     LOGPROBS: 0 none, 1 raw, 2 processed (the emitted tokens' logprobs, (bs, S+1)).
-    LIST_TOP_K: the largest top-k listed rather than searched (``_listed_cuts``; 0: none).
+    CUTS: whether a row may have a top-k or top-p cut (else neither the list nor the search is
+    compiled). LIST_TOP_K: the largest top-k listed rather than searched (``_listed_cuts``; 0: none).
     BLOCK_TILES: tiles of the final row's blocks (NB_PAD of them at most; ``fused_block_pad``).
     ``window_ptr``: (bs, fused_scratch_len) int16 scratch of the level search's window counts and
     the top-k list."""
@@ -644,7 +649,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
         row_offsets = node * stride_row
         new_max, new_arg, new_lse, new_key, new_level, new_total = _row_statistics(
             logits_ptr, row_offsets, standing, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
-            window_ptr, window_rows, BLOCK_R, BLOCK_V, LOGPROBS == 1, LIST_TOP_K)
+            window_ptr, window_rows, BLOCK_R, BLOCK_V, LOGPROBS == 1, CUTS, LIST_TOP_K)
         row_max = tl.where(standing, new_max, row_max)
         argmax = tl.where(standing, new_arg, argmax)
         if LOGPROBS == 1:
@@ -865,7 +870,7 @@ def fused_list_top_k(target: KernelTarget) -> int:
 
 def fused_scratch_len(block_v: int) -> int:
     """int16 elements of a request's scratch: the level search's two windows of counts (int32,
-    ``_count_windows``) or top-k's list; a row uses one or the other."""
+    ``_count_window``) or top-k's list; a row uses one or the other."""
     return max(4 * sampling_rows.WINDOW_LEVELS, 2 * _LIST_DEPTH * block_v + _LIST_SCRATCH)
 
 
@@ -1036,7 +1041,7 @@ def _fused_walk(tree: DraftTree, candidates: torch.Tensor, logits: torch.Tensor,
         error_flag.flag(device), _CHAIN_IDS_CODE if as_chain else _TREE_IDS_CODE, int(as_chain), window,
         BLOCK_R=config.requests, BLOCK_V=config.block_v, N_PAD=_pow2(nodes), W_PAD=_pow2(width), NB_PAD=fused_block_pad(vocab, config),
         BLOCK_TILES=config.block_tiles, PIECE=config.piece, HASH_COINS=hashed, LOGPROBS=logprobs_mode,
-        LIST_TOP_K=fused_list_top_k(target),
+        CUTS=may_cut, LIST_TOP_K=fused_list_top_k(target),
         num_warps=config.warps,
         **fused_options(target, config, logprobs_mode, _pow2(nodes)),
     )
@@ -1184,19 +1189,22 @@ def compile_specs(target: KernelTarget):
         "accept_lens_ptr": "*i32", "logprob_ptr": "*fp32", "bs": "i32", "nodes": "i32", "num_steps": "i32",
         "flag_ptr": "*i64", "flag_code": "i64", "chain_shift": "i32", "window_ptr": "*i16",
         **{name: "constexpr" for name in ("BLOCK_R", "BLOCK_V", "N_PAD", "W_PAD", "NB_PAD", "PIECE", "HASH_COINS", "LOGPROBS",
-                                          "LIST_TOP_K", "BLOCK_TILES")}}
+                                          "CUTS", "LIST_TOP_K", "BLOCK_TILES")}}
     for bs, nodes, vocab, steps in _FUSED_SHAPES if target.vendor != "amd" else ():  # AMD: see _every_row_in_parallel
         config = fused_launch(target, bs, nodes, vocab)
         shape_constexprs = {"BLOCK_R": config.requests, "BLOCK_V": config.block_v, "N_PAD": _pow2(nodes), "W_PAD": _pow2(steps + 1),
                             "NB_PAD": fused_block_pad(vocab, config), "PIECE": config.piece,
                             "BLOCK_TILES": config.block_tiles}
-        # Every logit type with seeded coins; the other coin source and the logprob modes on bf16.
-        variants = [(logit_type, True, 0) for logit_type in _LOGIT_TYPES] + [("bf16", False, 0), ("bf16", True, 1), ("bf16", True, 2)]
+        # Every logit type with seeded coins; the other coin source and the logprob modes on bf16; the
+        # launches where no row can have a cut (CUTS False) on bf16, without and with logprobs.
+        variants = ([(logit_type, True, 0, True) for logit_type in _LOGIT_TYPES]
+                    + [("bf16", False, 0, True), ("bf16", True, 1, True), ("bf16", True, 2, True)]
+                    + [("bf16", True, 0, False), ("bf16", True, 2, False)])
         if vocab < 1024:  # the odd tiny shape: its own block widths, one variant
-            variants = [("fp32", True, 2)]
-        for logit_type, hashed, logprobs in variants:
+            variants = [("fp32", True, 2, True)]
+        for logit_type, hashed, logprobs, cuts in variants:
             signature = {"logits_ptr": f"*{logit_type}", **fused_signature}
-            constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs,
+            constexprs = {**shape_constexprs, "HASH_COINS": hashed, "LOGPROBS": logprobs, "CUTS": cuts,
                           "LIST_TOP_K": fused_list_top_k(target)}
             options = fused_options(target, config, logprobs, _pow2(nodes))
             # The generic spec: a strided vocabulary (stride_col an int); the specialised: unit stride.

@@ -1,27 +1,22 @@
-"""The fused walk's cut searches (kernels/sampling.py: ``_row_statistics``: the level search one
-bit a pass and two (``_count_digit``), top-p's search over its stored window
-(``_top_p_in_window``), the tie pass and ``_tied_id``), under the interpreter with rows of several
-tiles.
+"""The fused walk's cut searches (kernels/sampling.py: ``_row_statistics``: the two digit passes
+(``_digit_pass``), each search's window counts and cut (``_count_window``, ``_window_cut``), the
+tie pass and ``_tied_id``), under the interpreter with rows of several tiles.
 
 The interpreter's own launch reads a row of up to 4096 ids as one tile, so the conformance suite
 never carries the tie pass's running count of tied ids from one tile to the next, nor finds a
-split tie in a tile other than the first. This test launches the fused walk with 16- and 32-id
-tiles (5-10 a row) on rows chosen to make the searches matter: heavy ties whose top-k cut falls
-in a middle tile, logits about 5 levels apart (every bit of the level search decides the cut),
-every token tied, NaN and +inf, an all -inf row, the
-finite values only in the last tile, a greedy row, a top-p window of 10 ids in one lane (10 slots
-deep where the other lanes hold none), per-request parameter tensors, each mask alone and both
-together (the searches that stop once one cut lies wholly above the other).
-
-The launches take two bits of the top-k search a pass once no top-p search is left, and one bit
-(``fused_count_bits`` patched to 1, the sm_100 launches with logprobs at 16+ lanes) at 16-id
-tiles; a row of 1025 tiles takes one bit a pass (the two-bit passes' 10-bit counts hold 1023).
-Top-p's window is stored by groups of 4 lanes and a lane at a time (``fused_window_group``
-patched to 4 and 1), or not used (0, the launches that keep the search on the row). Top-k up to 128
-takes its cuts from a list of the row's heaviest ids (``_listed_cuts``; ``fused_list_top_k`` 128)
-in three of the five configurations, and searches in the other two (0): with 16 or 32 lanes a
-top-k above the lanes and the rows of heavy ties overflow the list and search there too. The second
-test takes rows chosen for the list at 16- and 512-id tiles.
+split tie in a tile other than the first. This test launches the fused walk with 16-, 32- and
+64-id tiles (3-10 a row) on rows chosen to make the searches matter: heavy ties whose top-k cut
+falls in a middle tile, logits about 5 levels apart (every digit and every window level decides
+the cut), every token tied (one window level holds the whole row), NaN and +inf, an all -inf row,
+the finite values only in the last tile, a greedy row, a row whose top-p window holds 10 ids of
+one lane, per-request parameter tensors, each mask alone and both together (the searches that
+stop once one cut lies wholly above the other), and the launches where no row can have a cut
+(min-p alone: CUTS False, no search compiled). A row of 1025 tiles carries a lane's digit counts
+over a thousand tiles. Top-k up to 128 takes its cuts from a list of the row's heaviest ids
+(``_listed_cuts``; ``fused_list_top_k`` 128) in two of the five configurations, and searches in
+the other three (0): with 16 or 32 lanes a top-k above the lanes and the rows of heavy ties
+overflow the list and search there too. The second test takes rows chosen for the list at 16- and
+512-id tiles.
 
 Each request is one row with no drafts, so its verdict is the final token sampled from the
 processed distribution by its coin; 64 coins spread over [0, 1) per row make the emitted tokens
@@ -29,11 +24,11 @@ trace the whole kept set and its cumulative sums. Tokens must equal the cpu refe
 bit and the processed logprobs (log of the kept weight over the kept total) agree within 1e-5, so
 a kept set off by even a light token fails. A chain of 3 drafts per row, seeded, checks the
 accept tests on the same rows. A crossing-tile test off by one (``need < tied + in_tile``) fails
-here, and so does a two-bit top-k pass that never takes its third candidate (checked by mutation,
-2026-11-28), and so do a window search that drops the mass below the window, one that counts the
--1 (empty) slots, and a top-k search stopped below the window's top rather than above it (checked
-by mutation, twenty-fifth session). The final token's inverse CDF sums a row in blocks of 4 tiles
-(``FUSED_BLOCK_TILES``; here rows of 5-10 tiles: full blocks and a short last one) and finds the
+here, and so do a digit pass that never takes its third candidate, a window cut that drops the sum
+below the window, and a window cut one level too deep (checked by mutation with one float32
+configuration at 16- and 64-id tiles, forty-eighth session; 4-26 of its 38 cases fail each, and
+the unmutated code passes them all). The final token's inverse CDF sums a row in blocks of 4 tiles
+(``FUSED_BLOCK_TILES``; here rows of 3-10 tiles: full blocks and a short last one) and finds the
 crossing tile inside the crossing block before reading it in pieces: a search that always takes
 the block's first tile fails the final-token and chain cases, and one that forgets to take the
 rejected tokens out of a tile's residual sum fails the chain cases (checked by mutation,
@@ -115,8 +110,8 @@ PROBE = textwrap.dedent("""
             want = reference.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
             got = kernels.verify_chain_sampling_from_logits(drafts, None, chain_logits, **args)
             same = all(torch.equal(getattr(want.verdict, f), getattr(got.verdict, f)) for f in ("predict", "accept_index", "accept_lens"))
-            results[f"block_v={block_v} list={list_top_k} {name} chain"] = bool(same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5,
-                                                                                     equal_nan=True))
+            results[f"block_v={block_v} list={list_top_k} {name} chain"] = bool(
+                same and torch.allclose(want.logprobs, got.logprobs, atol=1e-5, equal_nan=True))
     # 1025 tiles a row: a lane's digit counts carried over a thousand tiles; top-p 0.9 there: a
     # window of thousands of ids
     sampling_kernels.fused_launch = tiles_of(16)

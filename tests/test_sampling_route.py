@@ -80,3 +80,44 @@ def test_providers_route_by_the_hint(monkeypatch, op, max_top_k, listed):
         else:
             sampling.verify_chain_sampling_from_logits(torch.zeros(bs, 3, dtype=torch.int64), None, torch.zeros(bs * 4, VOCAB), **params)
     assert seen == dict(rows=bs * 4, listed=listed, **({"chain": True} if op == "chain" else {}))
+
+
+class _Launch:
+    """Stands in for the fused walk kernel: records a launch's keyword arguments and stops there."""
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.seen.update(kwargs)
+            raise _Chosen
+        return launch
+
+
+@pytest.mark.parametrize("masks, cuts", [
+    (dict(), False),                                    # temperature alone
+    (dict(min_p=0.1), False),
+    (dict(top_k=0, top_p=1.0), False),                  # both off, as numbers
+    (dict(top_k=20), True),
+    (dict(top_p=0.9), True),
+    (dict(top_p=torch.ones(3)), True),                  # a tensor's values are on the device: a row may cut
+    (dict(top_k=torch.zeros(3, dtype=torch.int64)), True),
+])
+@pytest.mark.parametrize("op", ["tree", "chain"])
+def test_fused_walk_compiles_the_cut_search_only_where_a_row_may_cut(monkeypatch, op, masks, cuts):
+    """The fused walk's CUTS (kernels/sampling.py): a launch whose top_k and top_p are numbers that
+    are off compiles neither the listed top-k nor the level search (BENCHMARKS.md, "Forty-eighth
+    session"); any other launch compiles both."""
+    seen = {}
+    monkeypatch.setattr(sampling, "_fused_walk_kernel", _Launch(seen))
+    bs, vocab = 3, 100
+    params = dict(temperature=torch.full((bs,), 0.7), seed=torch.zeros(bs, dtype=torch.int64), offset=torch.zeros(bs, dtype=torch.int64),
+                  target=INTERPRETER, **masks)
+    with pytest.raises(_Chosen):
+        if op == "tree":
+            tree, candidates = random_tree(bs, 4, 3, seed=1, vocab=vocab)
+            sampling.verify_sampling_from_logits(tree, candidates, torch.zeros(bs * 4, vocab), **params)
+        else:
+            sampling.verify_chain_sampling_from_logits(torch.zeros(bs, 3, dtype=torch.int64), None, torch.zeros(bs * 4, vocab), **params)
+    assert seen["CUTS"] is cuts
