@@ -456,10 +456,11 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
             use_top_k = use_top_k & (listed == 0)
         if tl.max((use_top_p | use_top_k).to(tl.int32), axis=0) > 0:
             # Two digit passes decide the top 4 bits of both cuts (the first sums top-p's total weight
-            # too), one pass counts each cut's window of the other 12 bits, and the cuts are read off
-            # the counts: top-p alone takes 3 passes here where a search of one bit a pass took 4 and
-            # then 12 over its stored window, and top-k alone 3 where it took 8. A search that
-            # _binding stops keeps its prefix (the other cut lies wholly below its range).
+            # too), one pass a search counts its window of the other 12 bits, and the cuts are read
+            # off the counts: top-p alone takes 3 row passes here where the search of one bit a pass
+            # took 6 (the total, 4 bits, the window's store) and 12 over its stored window, top-k
+            # alone 3 where it took 9 (8 and a tie count every time). A search that _binding stops
+            # keeps its prefix (the other cut lies wholly below its range).
             zero = tl.zeros([BLOCK_R], dtype=tl.int64)
             weight_0, weight_1, weight_2, count_0, count_1, count_2 = _digit_pass(
                 logits_ptr, row_offsets, use_top_p, use_top_k, zero, zero, FIRST_DIGIT_SHIFT, row_len, num_blocks, vocab, stride_col,
@@ -869,8 +870,9 @@ def fused_list_top_k(target: KernelTarget) -> int:
 
 
 def fused_scratch_len(block_v: int) -> int:
-    """int16 elements of a request's scratch: the level search's two windows of counts (int32,
-    ``_count_window``) or top-k's list; a row uses one or the other."""
+    """int16 elements of a request's scratch: room for two windows of the level search's counts
+    (WINDOW int32 each, ``_count_window``; the two searches count theirs in turn in the first)
+    or top-k's list; a row uses one or the other."""
     return max(4 * sampling_rows.WINDOW_LEVELS, 2 * _LIST_DEPTH * block_v + _LIST_SCRATCH)
 
 
