@@ -59,6 +59,17 @@ class _Chosen(Exception):
     pass
 
 
+def _verify_four_rows_a_request(op, bs, vocab, params):
+    """The provider's from-logits verify of ``op`` ("tree": 4 nodes, 3 steps; "chain": 3 drafts) on
+    (bs * 4, vocab) zero logits with ``params``."""
+    logits = torch.zeros(bs * 4, vocab)
+    if op == "tree":
+        tree, candidates = random_tree(bs, 4, 3, seed=1, vocab=vocab)
+        sampling.verify_sampling_from_logits(tree, candidates, logits, **params)
+    else:
+        sampling.verify_chain_sampling_from_logits(torch.zeros(bs, 3, dtype=torch.int64), None, logits, **params)
+
+
 @pytest.mark.parametrize("op", ["tree", "chain"])
 @pytest.mark.parametrize("max_top_k, listed", [(None, False), (64, True), (VOCAB, False)])
 def test_providers_route_by_the_hint(monkeypatch, op, max_top_k, listed):
@@ -74,11 +85,7 @@ def test_providers_route_by_the_hint(monkeypatch, op, max_top_k, listed):
     params = dict(temperature=torch.full((bs,), 0.7), top_k=torch.full((bs,), 20), top_p=torch.full((bs,), 0.9),
                   seed=torch.zeros(bs, dtype=torch.int64), offset=torch.zeros(bs, dtype=torch.int64), max_top_k=max_top_k, target=H200)
     with pytest.raises(_Chosen):
-        if op == "tree":
-            tree, candidates = random_tree(bs, 4, 3, seed=1, vocab=VOCAB)
-            sampling.verify_sampling_from_logits(tree, candidates, torch.zeros(bs * 4, VOCAB), **params)
-        else:
-            sampling.verify_chain_sampling_from_logits(torch.zeros(bs, 3, dtype=torch.int64), None, torch.zeros(bs * 4, VOCAB), **params)
+        _verify_four_rows_a_request(op, bs, VOCAB, params)
     assert seen == dict(rows=bs * 4, listed=listed, **({"chain": True} if op == "chain" else {}))
 
 
@@ -115,9 +122,5 @@ def test_fused_walk_compiles_the_cut_search_only_where_a_row_may_cut(monkeypatch
     params = dict(temperature=torch.full((bs,), 0.7), seed=torch.zeros(bs, dtype=torch.int64), offset=torch.zeros(bs, dtype=torch.int64),
                   target=INTERPRETER, **masks)
     with pytest.raises(_Chosen):
-        if op == "tree":
-            tree, candidates = random_tree(bs, 4, 3, seed=1, vocab=vocab)
-            sampling.verify_sampling_from_logits(tree, candidates, torch.zeros(bs * 4, vocab), **params)
-        else:
-            sampling.verify_chain_sampling_from_logits(torch.zeros(bs, 3, dtype=torch.int64), None, torch.zeros(bs * 4, vocab), **params)
+        _verify_four_rows_a_request(op, bs, vocab, params)
     assert seen["CUTS"] is cuts
