@@ -55,8 +55,8 @@ from spec_hal.types import DraftTree, Verdict
 from . import verify as verify_kernels
 from . import sampling_rows
 from .launch import KernelTarget, runtime_specialized, cdiv, next_power_of_2
-from .sampling_rows import (FLT_MAX, ID_BITS, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, WINDOW, _binding, _kept_weights, _levels,
-                            _max_pass, _next_tile, _pass_weights, _probabilities, _raw_tile, _request_params, _uncut, _weights)
+from .sampling_rows import (FLT_MAX, ID_BITS, ID_LAST, ID_SCALE, KEEP_ALL_KEY, LEVEL_MAX, TOP_WEIGHT, WINDOW, _binding, _kept_weights, _levels,
+                            _max_pass, _next_tile, _plain_weights, _probabilities, _raw_tile, _request_params, _weights)
 from .verify import _link, _pick, _quantize, _record_walk_values, _sanitize_coins, _store_verdict
 
 LEVEL_SEARCH_BITS = tl.constexpr(16)  # LEVEL_MAX < 2^16
@@ -92,6 +92,10 @@ LIST_SCRATCH = tl.constexpr(_LIST_SCRATCH)
 LISTED_KEY_CUT = tl.constexpr(0)
 LISTED_LEVEL_CUT = tl.constexpr(1)
 LISTED_TOTAL = tl.constexpr(2)
+# _walk_tests' modes
+ALL_TESTS = tl.constexpr(0)
+LEVEL_TESTS = tl.constexpr(1)
+NO_TESTS = tl.constexpr(2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -416,11 +420,52 @@ def _listed_results(scratch, listed, key_cut, level_cut, kept_total, BLOCK_V: tl
 
 
 @triton.jit
+def _floor_level(min_weight, table_ptr):
+    """min-p's test as a level cut: the deepest level whose weight is at least ``min_weight`` (R,)
+    (weights fall as levels grow, so a weight passes the floor exactly when its level is at most
+    this one), LEVEL_MAX where ``min_weight`` <= 0. Bit by bit over the table, a gather a bit."""
+    level = tl.zeros(min_weight.shape, dtype=tl.int32)
+    for step in tl.static_range(LEVEL_SEARCH_BITS):
+        candidate = level | ((tl.zeros_like(level) + 1) << (LEVEL_SEARCH_BITS - 1 - step))
+        holds = (candidate <= LEVEL_MAX) & (_weights(candidate, table_ptr, None) >= min_weight)
+        level = tl.where(holds, candidate, level)
+    return tl.where(min_weight > 0, level, LEVEL_MAX)
+
+
+@triton.jit
+def _walk_tests(rows, greedy, key_cut, level_limit):
+    """Which tests a pass of the walk weighs (R,) ``rows`` with (a scalar): NO_TESTS where none is
+    greedy or cut (temperature alone: every id's plain weight), LEVEL_TESTS where none is greedy
+    or has a key cut (top-p and min-p alone are a level limit, ``_row_statistics``: only the ids
+    at or above it are weighed), ALL_TESTS otherwise (``_kept_weights``)."""
+    keyed = rows & ((greedy != 0) | (key_cut != KEEP_ALL_KEY))
+    limited = rows & (level_limit < LEVEL_MAX)
+    return tl.where(tl.max(keyed.to(tl.int32), axis=0) > 0, ALL_TESTS,
+                    tl.where(tl.max(limited.to(tl.int32), axis=0) > 0, LEVEL_TESTS, NO_TESTS))
+
+
+@triton.jit
+def _walk_weights(tests, x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_limit, min_weight, table_ptr):
+    """The kept weights of a tile of the walk's passes under ``_walk_tests``' ``tests``: the same
+    values as ``_kept_weights`` in every mode. The level limit gathers the weights of the ids it
+    keeps alone."""
+    if tests == NO_TESTS:
+        kept = _plain_weights(x, ok, row_max, scale, table_ptr)
+    elif tests == LEVEL_TESTS:
+        level = _levels(x, row_max, scale, tl.int32)
+        kept = _weights(level, table_ptr, ok & (level <= level_limit[:, None]))
+    else:
+        kept = _kept_weights(x, ids, ok, row_max, argmax, scale, greedy, key_cut, level_limit, min_weight, table_ptr)
+    return kept
+
+
+@triton.jit
 def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
                     window_ptr, window_rows, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, WANT_LSE: tl.constexpr,
                     CUTS: tl.constexpr, LIST_TOP_K: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
-    top-p level cut, kept total W'). A row whose top-k is at most LIST_TOP_K takes the cuts and
+    level limit (int32: top-p's level cut or min-p's floor, the shallower), kept total W'; a
+    greedy row's W' is its argmax's weight, with no pass). A row whose top-k is at most LIST_TOP_K takes the cuts and
     W' from ``_listed_cuts`` (one pass after the max, which keeps the lanes' maxima for it) unless
     its list overflows. Otherwise, passes over a row: one for max/argmax(/lse); with top-p or
     top-k on, the level search (two digit passes and one counting the windows, whose counts give
@@ -507,21 +552,26 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
                                                      stride_col, BLOCK_R, BLOCK_V), id_cut)
             key_cut = tl.where(use_top_k, cut_k * ID_SCALE + id_cut, key_cut)
 
-    # The kept total W' (a listed row's is the list's).
+    # The kept total W' (a listed row's is the list's; a greedy row's its argmax's weight alone).
+    # min-p's floor joins the level cut (the row's level limit, what the walk's tests take).
     kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
     if CUTS and tl.max(listed.to(tl.int32), axis=0) > 0:
         key_cut, level_cut, kept_total = _listed_results(window_ptr + window_rows, listed, key_cut, level_cut, kept_total, BLOCK_V)
-    summing = row_ok & (listed == 0)
+    level_limit = level_cut.to(tl.int32)
+    if tl.max((row_ok & (min_weight > 0)).to(tl.int32), axis=0) > 0:  # its search's 16 dependent gathers only for min-p
+        level_limit = tl.minimum(level_limit, _floor_level(min_weight, table_ptr))
+    summing = row_ok & (listed == 0) & (greedy == 0)
     if tl.max(summing.to(tl.int32), axis=0) > 0:
         kept_lanes = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
         ahead = _raw_tile(logits_ptr, row_offsets, summing, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
-        uncut = _uncut(summing, greedy, key_cut, level_cut, min_weight)
+        tests = _walk_tests(summing, greedy, key_cut, level_limit)
         for k in range(num_blocks):
             cols, ok, x, ahead = _next_tile(ahead, logits_ptr, row_offsets, summing, 0, row_len, k, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
-            kept_lanes += _pass_weights(uncut, x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight,
+            kept_lanes += _walk_weights(tests, x, cols[None, :], ok, row_max, argmax, scale, greedy, key_cut, level_limit, min_weight,
                                         table_ptr)
         kept_total = tl.where(listed, kept_total, tl.sum(kept_lanes, axis=1))
-    return row_max, argmax, lse, key_cut, level_cut, kept_total
+    kept_total = tl.where(greedy != 0, TOP_WEIGHT, kept_total)
+    return row_max, argmax, lse, key_cut, level_limit, kept_total
 
 
 @triton.jit
@@ -615,7 +665,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
     block_base = req.to(tl.int64) * nodes
     node_ids = block_base[:, None] + lanes[None, :]
     LIST_LEN: tl.constexpr = 2 * LIST_DEPTH * BLOCK_V + LIST_SCRATCH
-    SCRATCH_LEN: tl.constexpr = LIST_LEN if LIST_LEN > 4 * WINDOW else 4 * WINDOW  # fused_scratch_len
+    SCRATCH_LEN: tl.constexpr = LIST_LEN if LIST_LEN > 2 * WINDOW else 2 * WINDOW  # fused_scratch_len
     window_rows = req.to(tl.int64) * SCRATCH_LEN
     cand = tl.load(cand_ptr + node_ids, mask=ok, other=-1).to(tl.int64)
     cand_ok = ok & (cand >= 0) & (cand < vocab)
@@ -641,14 +691,14 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
     argmax = tl.zeros([BLOCK_R], dtype=tl.int32)
     lse = tl.zeros([BLOCK_R], dtype=tl.float32)
     key_cut = tl.zeros([BLOCK_R], dtype=tl.int64)
-    level_cut = tl.zeros([BLOCK_R], dtype=tl.int32)
+    level_limit = tl.zeros([BLOCK_R], dtype=tl.int32)  # top-p's level cut or min-p's floor
     kept_total = tl.zeros([BLOCK_R], dtype=tl.int64)
     standing = req_ok
     level = tl.zeros([BLOCK_R], dtype=tl.int32)
     while tl.max(standing.to(tl.int32), axis=0) > 0:
         node = block_base + last
         row_offsets = node * stride_row
-        new_max, new_arg, new_lse, new_key, new_level, new_total = _row_statistics(
+        new_max, new_arg, new_lse, new_key, new_limit, new_total = _row_statistics(
             logits_ptr, row_offsets, standing, vocab, stride_col, greedy, scale, top_k, top_p, min_weight, table_ptr,
             window_ptr, window_rows, BLOCK_R, BLOCK_V, LOGPROBS == 1, CUTS, LIST_TOP_K)
         row_max = tl.where(standing, new_max, row_max)
@@ -656,7 +706,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
         if LOGPROBS == 1:
             lse = tl.where(standing, new_lse, lse)
         key_cut = tl.where(standing, new_key, key_cut)
-        level_cut = tl.where(standing, new_level.to(tl.int32), level_cut)  # levels < 2^16
+        level_limit = tl.where(standing, new_limit, level_limit)
         kept_total = tl.where(standing, new_total, kept_total)
         descend = standing & (level < num_steps) & (level < nodes - 1)  # never more than N - 1 accepts
         rejected = tl.where(standing[:, None], 0, rejected)
@@ -669,7 +719,7 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
         # The processed probability of every candidate token at this row: one gathered load.
         gather_ok = cand_ok & descend[:, None]
         x = _gather_logits(logits_ptr, row_offsets, cand, gather_ok, stride_col)
-        kept = _kept_weights(x, cand, gather_ok, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
+        kept = _kept_weights(x, cand, gather_ok, row_max, argmax, scale, greedy, key_cut, level_limit, min_weight, table_ptr)
         row_probs = _probabilities(kept, kept_total)
         cur = _link(tl.load(next_token_ptr + node, mask=descend, other=-1).to(tl.int64), nodes).to(tl.int32)
         acc = tl.zeros([BLOCK_R], dtype=tl.float32)
@@ -705,75 +755,81 @@ def _fused_walk_kernel(logits_ptr, stride_row, stride_col, vocab, table_ptr,
 
     # The final token: inverse CDF over the last row's quantised residual (its rejected tokens
     # removed), else over the row, else 0; per-block sums in registers, then the crossing block.
-    rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
+    # A greedy request's is its last row's argmax (the residual of a one-hot row is the row or
+    # nothing), so a program of greedy requests reads no final row.
     final_offsets = (block_base + last) * stride_row
-    if HASH_COINS:
-        final_coin = _keyed_coin(key, tl.zeros([BLOCK_R], dtype=tl.int64), 2)
-    else:
-        final_coin = tl.load(final_coins_ptr + req, mask=req_ok, other=0.0)
-    final_coin = _sanitize_coins(final_coin)
-    blocks = tl.arange(0, NB_PAD)
-    row_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
-    residual_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
-    num_tiles = tl.cdiv(vocab, BLOCK_V)
-    row_len = num_tiles * BLOCK_V  # the final row as chunk 0 (see _row_statistics)
-    ahead = _raw_tile(logits_ptr, final_offsets, req_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
-    uncut = _uncut(req_ok, greedy, key_cut, level_cut, min_weight)
-    # A block is BLOCK_TILES tiles, summed per lane and reduced once: a sum a tile synchronised the
-    # program's warps at every tile (three barriers a tile in the SASS, sm_90).
-    for b in range(tl.cdiv(num_tiles, BLOCK_TILES)):
-        lane_sums = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
-        for t in range(tl.minimum(BLOCK_TILES, num_tiles - b * BLOCK_TILES)):
-            cols, in_row, x, ahead = _next_tile(ahead, logits_ptr, final_offsets, req_ok, 0, row_len, b * BLOCK_TILES + t, vocab,
-                                                stride_col, BLOCK_V, SCALAR_LOADS=True)
-            kept = _pass_weights(uncut, x, cols[None, :], in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-            lane_sums += _quantize(_probabilities(kept, kept_total))
-        block_sum = tl.sum(lane_sums, axis=1)
-        in_block = (rejected_tokens >= b * BLOCK_SPAN) & (rejected_tokens < (b + 1) * BLOCK_SPAN)
-        removed = tl.sum(tl.where(in_block, rejected_q, 0), axis=1)
-        row_sums = tl.where(blocks[None, :] == b, block_sum[:, None], row_sums)
-        residual_sums = tl.where(blocks[None, :] == b, (block_sum - removed)[:, None], residual_sums)
-    use_residual = tl.sum(residual_sums, axis=1) > 0
-    sums = tl.where(use_residual[:, None], residual_sums, row_sums)
-    total = tl.sum(sums, axis=1)
-    threshold = tl.minimum((final_coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64), total - 1)
-    crossing = tl.sum(tl.where(tl.cumsum(sums, axis=1) <= threshold[:, None], 1, 0), axis=1)
-    before = tl.sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), axis=1)
-    # The crossing block's tiles, summed one by one up to the one holding the threshold (a
-    # rejected token's value is its rejected_q), then that tile in pieces.
-    tile = crossing * BLOCK_TILES
-    crossed = total <= 0
-    for t in tl.static_range(BLOCK_TILES):
-        tile_ids = (crossing[:, None] * BLOCK_TILES + t) * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
-        in_tile_row = req_ok[:, None] & (tile_ids < vocab) & (crossed == 0)[:, None]
-        tile_x = _gather_logits(logits_ptr, final_offsets, tile_ids, in_tile_row, stride_col)
-        tile_kept = _kept_weights(tile_x, tile_ids, in_tile_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-        tile_sum = tl.sum(_quantize(_probabilities(tile_kept, kept_total)), axis=1)
-        tile_start = (crossing * BLOCK_TILES + t) * BLOCK_V
-        in_tile = (rejected_tokens >= tile_start[:, None]) & (rejected_tokens < tile_start[:, None] + BLOCK_V)
-        tile_sum -= tl.where(use_residual, tl.sum(tl.where(in_tile, rejected_q, 0), axis=1), 0)
-        below = (crossed == 0) & (before + tile_sum <= threshold) & (t < BLOCK_TILES - 1)
-        before = tl.where(below, before + tile_sum, before)
-        tile = tl.where(below, tile + 1, tile)
-        crossed = crossed | (below == 0)
-    index = tile * BLOCK_V
-    for piece in range(BLOCK_V // PIECE):
-        cols = tile[:, None] * BLOCK_V + piece * PIECE + tl.arange(0, PIECE)[None, :]
-        in_row = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
-        x = _gather_logits(logits_ptr, final_offsets, cols, in_row, stride_col)
-        kept = _kept_weights(x, cols, in_row, row_max, argmax, scale, greedy, key_cut, level_cut, min_weight, table_ptr)
-        values = _quantize(_probabilities(kept, kept_total))
-        removed = tl.sum(tl.where(cols[:, :, None] == rejected_tokens[:, None, :], 1, 0), axis=2) > 0
-        values = tl.where(use_residual[:, None] & removed, 0, values)
-        index += tl.sum(tl.where(tl.cumsum(values, axis=1) + before[:, None] <= threshold[:, None], 1, 0), axis=1)
-        before += tl.sum(values, axis=1)
-    final = tl.where(total > 0, index, 0).to(tl.int64)
+    final = argmax.to(tl.int64)
+    sampled = req_ok & (greedy == 0)
+    if tl.max(sampled.to(tl.int32), axis=0) > 0:
+        rejected_tokens = tl.where((rejected != 0) & cand_ok, cand, -1)
+        if HASH_COINS:
+            final_coin = _keyed_coin(key, tl.zeros([BLOCK_R], dtype=tl.int64), 2)
+        else:
+            final_coin = tl.load(final_coins_ptr + req, mask=req_ok, other=0.0)
+        final_coin = _sanitize_coins(final_coin)
+        blocks = tl.arange(0, NB_PAD)
+        row_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+        residual_sums = tl.zeros([BLOCK_R, NB_PAD], dtype=tl.int64)
+        num_tiles = tl.cdiv(vocab, BLOCK_V)
+        row_len = num_tiles * BLOCK_V  # the final row as chunk 0 (see _row_statistics)
+        ahead = _raw_tile(logits_ptr, final_offsets, req_ok, 0, row_len, 0, vocab, stride_col, BLOCK_V, SCALAR_LOADS=True)
+        tests = _walk_tests(sampled, greedy, key_cut, level_limit)
+        # A block is BLOCK_TILES tiles, summed per lane and reduced once: a sum a tile synchronised the
+        # program's warps at every tile (three barriers a tile in the SASS, sm_90).
+        for b in range(tl.cdiv(num_tiles, BLOCK_TILES)):
+            lane_sums = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int64)
+            for t in range(tl.minimum(BLOCK_TILES, num_tiles - b * BLOCK_TILES)):
+                cols, in_row, x, ahead = _next_tile(ahead, logits_ptr, final_offsets, req_ok, 0, row_len, b * BLOCK_TILES + t, vocab,
+                                                    stride_col, BLOCK_V, SCALAR_LOADS=True)
+                kept = _walk_weights(tests, x, cols[None, :], in_row, row_max, argmax, scale, greedy, key_cut, level_limit, min_weight,
+                                     table_ptr)
+                lane_sums += _quantize(_probabilities(kept, kept_total))
+            block_sum = tl.sum(lane_sums, axis=1)
+            in_block = (rejected_tokens >= b * BLOCK_SPAN) & (rejected_tokens < (b + 1) * BLOCK_SPAN)
+            removed = tl.sum(tl.where(in_block, rejected_q, 0), axis=1)
+            row_sums = tl.where(blocks[None, :] == b, block_sum[:, None], row_sums)
+            residual_sums = tl.where(blocks[None, :] == b, (block_sum - removed)[:, None], residual_sums)
+        use_residual = tl.sum(residual_sums, axis=1) > 0
+        sums = tl.where(use_residual[:, None], residual_sums, row_sums)
+        total = tl.sum(sums, axis=1)
+        threshold = tl.minimum((final_coin.to(tl.float64) * total.to(tl.float64)).to(tl.int64), total - 1)
+        crossing = tl.sum(tl.where(tl.cumsum(sums, axis=1) <= threshold[:, None], 1, 0), axis=1)
+        before = tl.sum(tl.where(blocks[None, :] < crossing[:, None], sums, 0), axis=1)
+        # The crossing block's tiles, summed one by one up to the one holding the threshold (a
+        # rejected token's value is its rejected_q), then that tile in pieces.
+        tile = crossing * BLOCK_TILES
+        crossed = total <= 0
+        for t in tl.static_range(BLOCK_TILES):
+            tile_ids = (crossing[:, None] * BLOCK_TILES + t) * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
+            in_tile_row = req_ok[:, None] & (tile_ids < vocab) & (crossed == 0)[:, None]
+            tile_x = _gather_logits(logits_ptr, final_offsets, tile_ids, in_tile_row, stride_col)
+            tile_kept = _kept_weights(tile_x, tile_ids, in_tile_row, row_max, argmax, scale, greedy, key_cut, level_limit, min_weight, table_ptr)
+            tile_sum = tl.sum(_quantize(_probabilities(tile_kept, kept_total)), axis=1)
+            tile_start = (crossing * BLOCK_TILES + t) * BLOCK_V
+            in_tile = (rejected_tokens >= tile_start[:, None]) & (rejected_tokens < tile_start[:, None] + BLOCK_V)
+            tile_sum -= tl.where(use_residual, tl.sum(tl.where(in_tile, rejected_q, 0), axis=1), 0)
+            below = (crossed == 0) & (before + tile_sum <= threshold) & (t < BLOCK_TILES - 1)
+            before = tl.where(below, before + tile_sum, before)
+            tile = tl.where(below, tile + 1, tile)
+            crossed = crossed | (below == 0)
+        index = tile * BLOCK_V
+        for piece in range(BLOCK_V // PIECE):
+            cols = tile[:, None] * BLOCK_V + piece * PIECE + tl.arange(0, PIECE)[None, :]
+            in_row = req_ok[:, None] & (cols < vocab) & (total[:, None] > 0)
+            x = _gather_logits(logits_ptr, final_offsets, cols, in_row, stride_col)
+            kept = _kept_weights(x, cols, in_row, row_max, argmax, scale, greedy, key_cut, level_limit, min_weight, table_ptr)
+            values = _quantize(_probabilities(kept, kept_total))
+            removed = tl.sum(tl.where(cols[:, :, None] == rejected_tokens[:, None, :], 1, 0), axis=2) > 0
+            values = tl.where(use_residual[:, None] & removed, 0, values)
+            index += tl.sum(tl.where(tl.cumsum(values, axis=1) + before[:, None] <= threshold[:, None], 1, 0), axis=1)
+            before += tl.sum(values, axis=1)
+        final = tl.where(greedy, final, tl.where(total > 0, index, 0).to(tl.int64))
     if LOGPROBS != 0:
         x = _gather_logits(logits_ptr, final_offsets, final[:, None], req_ok[:, None], stride_col)
         if LOGPROBS == 1:
             value = tl.where(lse[:, None] > float("-inf"), x - lse[:, None], float("-inf"))
         else:
-            kept = _kept_weights(x, final[:, None], req_ok[:, None], row_max, argmax, scale, greedy, key_cut, level_cut, min_weight,
+            kept = _kept_weights(x, final[:, None], req_ok[:, None], row_max, argmax, scale, greedy, key_cut, level_limit, min_weight,
                                  table_ptr)
             value = tl.log(_probabilities(kept, kept_total))
         logprobs = tl.where(width_lanes[None, :] == num_correct[:, None], value, logprobs)
@@ -870,10 +926,10 @@ def fused_list_top_k(target: KernelTarget) -> int:
 
 
 def fused_scratch_len(block_v: int) -> int:
-    """int16 elements of a request's scratch: room for two windows of the level search's counts
-    (WINDOW int32 each, ``_count_window``; the two searches count theirs in turn in the first)
-    or top-k's list; a row uses one or the other."""
-    return max(4 * sampling_rows.WINDOW_LEVELS, 2 * _LIST_DEPTH * block_v + _LIST_SCRATCH)
+    """int16 elements of a request's scratch: one window of the level search's counts (WINDOW
+    int32, ``_count_window``; the two searches count theirs in turn in it) or top-k's list; a row
+    uses one or the other."""
+    return max(2 * sampling_rows.WINDOW_LEVELS, 2 * _LIST_DEPTH * block_v + _LIST_SCRATCH)
 
 
 def _pow2(count: int) -> int:
