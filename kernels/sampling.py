@@ -465,13 +465,14 @@ def _row_statistics(logits_ptr, row_offsets, row_ok, vocab, stride_col, greedy, 
                     CUTS: tl.constexpr, LIST_TOP_K: tl.constexpr):
     """Steps 1-4 of (R,) rows: (max, argmax, raw log-sum-exp (0 without WANT_LSE), top-k key cut,
     level limit (int32: top-p's level cut or min-p's floor, the shallower), kept total W'; a
-    greedy row's W' is its argmax's weight, with no pass). A row whose top-k is at most LIST_TOP_K takes the cuts and
-    W' from ``_listed_cuts`` (one pass after the max, which keeps the lanes' maxima for it) unless
-    its list overflows. Otherwise, passes over a row: one for max/argmax(/lse); with top-p or
-    top-k on, the level search (two digit passes and one counting the windows, whose counts give
-    the cuts) and, only when the top-k cut splits the ids tied at its level, one tie count and
-    one tile read again (``_tied_id``); one for the kept total. ``window_ptr`` + ``window_rows``
-    (R,): each row's scratch (int16 elements, ``fused_scratch_len``)."""
+    greedy row's W' is its argmax's weight, with no pass). A row whose top-k is at most
+    LIST_TOP_K takes the cuts and W' from ``_listed_cuts`` (one pass after the max, which keeps
+    the lanes' maxima for it) unless its list overflows. Otherwise, passes over a row: one for
+    max/argmax(/lse); with top-p or top-k on, the level search (two digit passes and one counting
+    the windows, whose counts give the cuts) and, only when the top-k cut splits the ids tied at
+    its level, one tie count and one tile read again (``_tied_id``); one for the kept total
+    (``_walk_tests`` picks its tests). ``window_ptr`` + ``window_rows`` (R,): each row's scratch
+    (int16 elements, ``fused_scratch_len``)."""
     num_blocks = tl.cdiv(vocab, BLOCK_V)
     # Every row pass reads a tile ahead through sampling_rows' chunk helpers, the whole row as
     # chunk 0 (H100, the fused walk forced: 0.84-0.86x of its time with top-k and top-p at
