@@ -78,6 +78,9 @@ def test_known_issues_turn_expected_failures_green_and_stale_entries_exit_6(tmp_
     result = _cli("--targets", "sm_90", "--modules", FIXTURE_MODULE, "--known-issues", str(manifest))
     assert result.returncode == cm.EXIT_OK, result.stdout + result.stderr
     assert "1 xfail" in result.stdout
+    # The progress line already applies the manifest (it printed "fail" for listed compiles once).
+    progress = [line for line in result.stderr.splitlines() if "register_hog" in line]
+    assert progress and all(line.endswith(" xfail") for line in progress), result.stderr
     manifest.write_text(manifest.read_text().replace("register_hog", "small_copy"))
     result = _cli("--targets", "sm_90", "--modules", FIXTURE_MODULE, "--known-issues", str(manifest))
     assert result.returncode == cm.EXIT_FAILED  # register_hog fails again, unlisted
@@ -97,9 +100,24 @@ def test_manifest_entries_need_reason_and_link(tmp_path):
 
 def test_a_compile_past_the_timeout_is_stopped_and_fails(fixture_module, monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # a cold cache: every compile takes > 10 ms
-    report = cm.run_matrix(["sm_90"], module_names=[fixture_module], jobs=1, timeout_s=0.01)
+    # Listed as xfail (for its spills) or not, a compile that never finishes fails.
+    listed = [{"kernel": "spilling_kernels.register_hog", "action": "xfail", "reason": "spills", "link": "l"}]
+    report = cm.run_matrix(["sm_90"], module_names=[fixture_module], jobs=1, timeout_s=0.01, known_issues=listed)
     assert report["failed"] == 2
     assert all("longer than" in k["error"] for k in report["kernels"])
+    assert _by_kernel(report, "sm_90", "register_hog")["known_issue"].startswith("xfail")
+
+
+@pytest.mark.parametrize("error, problems, outcome", [
+    (None, ["local-memory frame 8 B"], "xfail"),
+    (None, [], "xpass"),
+    ("CompilationError: at 3:4: unsupported", [], "fail"),
+    ("CompilationError: at 3:4: unsupported", ["local-memory frame 8 B"], "fail"),
+])
+def test_an_xfail_entry_covers_resource_findings_not_compile_errors(error, problems, outcome):
+    # The manifest lists frames and spills; a listed kernel that stops compiling must still fail CI.
+    result = _resources("sm_90", error=error, problems=problems, known_issue="xfail: frame (link)")
+    assert result.outcome == outcome
 
 
 def _resources(arch, **fields):
