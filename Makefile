@@ -5,6 +5,11 @@ VENV ?= $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),.venv)
 PY := $(VENV)/bin/python
 REPORTS ?= reports
 COMPILE_TARGETS ?= sm_80,sm_90,sm_100,gfx90a,gfx942,gfx950
+# Of those, the ones `make test` compiles at one launch configuration per kernel (a build check).
+# sm_90 (the GPU image's) and gfx942 (the MI300 lane's) compile every configuration. The whole
+# six-target matrix is about 7,700 CPU-seconds with a cold Triton cache, more than a 2-core CI
+# machine's 90 minutes leave beside the tests; `make compile-matrix-all` runs it (docs/ci.md).
+COMPILE_SMOKE_TARGETS ?= sm_80,sm_100,gfx90a,gfx950
 # Conformance lanes of `make test`: every built-in backend that can load here (cpu and
 # triton-interpret on CI; cuda or rocm too on a GPU machine). Evaluated when `make test` runs.
 CONFORMANCE_BACKENDS ?= $(shell $(PY) -c "from spec_hal.selection import available_backends as a; \
@@ -12,12 +17,13 @@ CONFORMANCE_BACKENDS ?= $(shell $(PY) -c "from spec_hal.selection import availab
 # The oldest supported Triton (what the GPU image has); its compile matrix runs in a side venv.
 PREVIOUS_TRITON ?= 3.6.0
 PREVIOUS_VENV ?= .venv-triton-$(PREVIOUS_TRITON)
-# Its targets: the GPU image's (sm_90) and the main ROCm one (gfx942). Triton 3.9 covers all six;
-# repeating the six with 3.6 doubled CI's compile time (about 3,700 compiles a lane, cold).
+# Its targets: the GPU image's (sm_90) and the main ROCm one (gfx942), in CI at one configuration
+# per kernel (every configuration: about 2,600 CPU-seconds cold; `make compile-matrix-all`).
 PREVIOUS_TARGETS ?= sm_90,gfx942
+PREVIOUS_SMOKE_TARGETS ?= sm_90,gfx942
 export SPEC_HAL_VENV := $(VENV)
 
-.PHONY: setup setup-test demo test test-quick conformance compile-matrix compile-matrix-previous
+.PHONY: setup setup-test demo test test-quick conformance compile-matrix compile-matrix-previous compile-matrix-all
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh ""
@@ -54,6 +60,7 @@ test-quick: setup-test
 compile-matrix: setup-test
 	mkdir -p $(REPORTS)
 	$(PY) -m spec_hal.cli compile-matrix --targets $(COMPILE_TARGETS) \
+		$(if $(COMPILE_SMOKE_TARGETS),--smoke-targets $(COMPILE_SMOKE_TARGETS)) \
 		--json $(REPORTS)/compile-matrix.json --markdown $(REPORTS)/compile-matrix.md
 
 # A side venv on top of $(VENV) (its packages are found through a .pth file) with the older Triton.
@@ -65,5 +72,12 @@ compile-matrix-previous: setup-test
 		|| $(PREVIOUS_VENV)/bin/python -m pip install --quiet --no-deps "triton==$(PREVIOUS_TRITON)"
 	mkdir -p $(REPORTS)
 	$(PREVIOUS_VENV)/bin/python -m spec_hal.cli compile-matrix --targets $(PREVIOUS_TARGETS) \
+		$(if $(PREVIOUS_SMOKE_TARGETS),--smoke-targets $(PREVIOUS_SMOKE_TARGETS)) \
 		--json $(REPORTS)/compile-matrix-triton-$(PREVIOUS_TRITON).json \
 		--markdown $(REPORTS)/compile-matrix-triton-$(PREVIOUS_TRITON).md
+
+# Every configuration on every target with both Triton versions (what a kernel change should pass
+# before it lands; hours on two cores with a cold cache, minutes with a warm one).
+compile-matrix-all:
+	$(MAKE) --no-print-directory compile-matrix COMPILE_SMOKE_TARGETS=
+	$(MAKE) --no-print-directory compile-matrix-previous PREVIOUS_SMOKE_TARGETS=

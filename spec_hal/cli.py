@@ -250,6 +250,9 @@ def run_conformance(args: argparse.Namespace) -> int:
 def add_compile_matrix_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--targets", type=comma_list(GPU_TARGET, "GPU targets like sm_90 or gfx942"),
                         default="sm_80,sm_90,sm_100,gfx90a,gfx942,gfx950", help="comma-separated sm_XY / gfxNNN names")
+    parser.add_argument("--smoke-targets", type=comma_list(GPU_TARGET, "GPU targets like sm_90 or gfx942"), default=[],
+                        help="those of --targets compiled at one launch configuration per kernel (the first its module "
+                             "lists): a build check where every configuration would not fit a CI budget")
     add_report_options(parser, json="write the per-kernel report (every failure in full) as JSON",
                        markdown="write the kernel x target table as markdown")
     parser.add_argument("--jobs", type=bounded_int(0, 256), default=0, help="compile processes (default 0: one per core)")
@@ -274,9 +277,12 @@ def run_compile_matrix(args: argparse.Namespace) -> int:
             fail(f"argument --known-issues: no such file {args.known_issues!r}")
     from .compile_matrix import default_known_issues, main
 
+    outside = [target for target in args.smoke_targets if target not in args.targets]
+    if outside:
+        fail(f"argument --smoke-targets: {', '.join(outside)} not among --targets ({','.join(args.targets)})")
     known_issues = None if args.strict else (args.known_issues or default_known_issues())
     return main(args.targets, json_path=args.json, markdown_path=args.markdown, jobs=args.jobs, modules=args.modules,
-                timeout_s=args.timeout, known_issues_path=known_issues)
+                timeout_s=args.timeout, known_issues_path=known_issues, smoke_targets=args.smoke_targets)
 
 
 def add_warmup_arguments(parser: argparse.ArgumentParser) -> None:

@@ -346,15 +346,23 @@ def _specs(module_name: str, arch: str) -> list:
     return list(importlib.import_module(module_name).compile_specs(KernelTarget.for_arch(arch)))
 
 
-def collect_jobs(module_names: Sequence[str], archs: Sequence[str]) -> tuple[list[CompileJob], int]:
-    """Distinct compiles over modules x archs, and how many specs were listed before deduplication."""
+def collect_jobs(module_names: Sequence[str], archs: Sequence[str],
+                 smoke_archs: Sequence[str] = ()) -> tuple[list[CompileJob], int]:
+    """Distinct compiles over modules x archs, and how many specs were listed before deduplication.
+
+    On ``smoke_archs`` (a subset of ``archs``) only the first spec each module lists for a kernel
+    is kept: a build check of every kernel at one launch configuration."""
     jobs: dict[tuple, CompileJob] = {}
     listed = 0
     for arch in archs:
         for module_name in module_names:
+            kernels_seen = set()
             for index, spec in enumerate(_specs(module_name, arch)):
                 listed += 1
                 kernel, signature, constexprs, num_warps, attrs, options = _spec_parts(spec)
+                if arch in smoke_archs and _kernel_name(kernel) in kernels_seen:
+                    continue
+                kernels_seen.add(_kernel_name(kernel))
                 job = CompileJob(
                     module=module_name, spec_index=index, kernel=_kernel_name(kernel), arch=arch, num_warps=int(num_warps),
                     signature=json.dumps(signature, sort_keys=True), constexprs=json.dumps(constexprs, sort_keys=True, default=str),
@@ -491,23 +499,37 @@ def _print_progress(finished: int, total: int, result: KernelResources) -> None:
           f"{result.constexprs} {result.compile_s:.1f}s {status}", file=sys.stderr, flush=True)
 
 
+def _full_targets_only(jobs: list[CompileJob], results: list[KernelResources], smoke_archs: Sequence[str]):
+    """(jobs, results) of the targets compiled in full: a smoke target's one configuration per
+    kernel says nothing about whether an entry for some other configuration went stale."""
+    kept = [(job, result) for job, result in zip(jobs, results) if job.arch not in smoke_archs]
+    return [job for job, _ in kept], [result for _, result in kept]
+
+
 def _labelled(job: CompileJob, issue: Optional[dict]) -> CompileJob:
     return replace(job, known_issue=f"{issue['action']}: {issue['reason']} ({issue['link']})") if issue else job
 
 
 def run_matrix(archs: Sequence[str], *, module_names: Optional[Sequence[str]] = None, jobs: int = 0,
-               timeout_s: float = DEFAULT_TIMEOUT_S, known_issues: Sequence[dict] = (), progress=None) -> dict:
-    """Compile every kernel for ``archs``; returns the report (see :func:`write_json`)."""
+               timeout_s: float = DEFAULT_TIMEOUT_S, known_issues: Sequence[dict] = (), progress=None,
+               smoke_archs: Sequence[str] = ()) -> dict:
+    """Compile every kernel for ``archs``; returns the report (see :func:`write_json`).
+
+    ``smoke_archs`` (a subset of ``archs``) compile one launch configuration per kernel
+    (:func:`collect_jobs`); the manifest's stale check looks at the other targets only, where every
+    configuration is compiled."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("the compile matrix must run without TRITON_INTERPRET=1 (the interpreter compiles nothing)")
     for arch in archs:
         gpu_target(arch)  # usage errors before any work
+    if not set(smoke_archs) <= set(archs):
+        raise ValueError(f"smoke targets {sorted(set(smoke_archs) - set(archs))} are not among the targets {list(archs)}")
     if module_names is None:
         from spec_hal.kernels import KERNEL_MODULES
 
         module_names = KERNEL_MODULES
     started = time.perf_counter()
-    compile_jobs, listed = collect_jobs(module_names, archs)
+    compile_jobs, listed = collect_jobs(module_names, archs, smoke_archs)
     import triton
 
     known_issues = active_known_issues(known_issues, triton.__version__)
@@ -521,6 +543,7 @@ def run_matrix(archs: Sequence[str], *, module_names: Optional[Sequence[str]] = 
     return {
         "triton_version": triton.__version__,
         "targets": list(archs),
+        "smoke_targets": [arch for arch in archs if arch in smoke_archs],
         "modules": list(module_names),
         "listed_specs": listed,
         "distinct_compiles": len(compile_jobs),
@@ -529,7 +552,7 @@ def run_matrix(archs: Sequence[str], *, module_names: Optional[Sequence[str]] = 
         "wall_s": round(time.perf_counter() - started, 2),
         "counts": {outcome: sum(r.outcome == outcome for r in results) for outcome in ("pass", "fail", "xfail", "xpass", "skipped")},
         "failed": sum(r.outcome == "fail" for r in results),
-        "stale_known_issues": stale_entries(list(known_issues), compile_jobs, results),
+        "stale_known_issues": stale_entries(list(known_issues), *_full_targets_only(compile_jobs, results, smoke_archs)),
         "kernels": [dict(asdict(r), ok=r.ok, outcome=r.outcome) for r in results],
     }
 
@@ -559,6 +582,8 @@ def markdown(report: dict) -> str:
         f"{report['distinct_compiles']} distinct compiles ({report['listed_specs']} listed launch configs) for "
         f"{', '.join(report['targets'])} in {report['wall_s']} s with {report['workers']} worker(s): "
         + ", ".join(f"{count} {outcome}" for outcome, count in report["counts"].items() if count) + ".",
+        *([f"Smoke targets (one launch configuration per kernel, a build check; every configuration on the others): "
+           f"{', '.join(report['smoke_targets'])}."] if report.get("smoke_targets") else []),
         "",
         "Registers: NVIDIA registers per thread; AMD VGPRs per lane (including AGPRs) / SGPRs. "
         "Local: NVIDIA local-memory frame, AMD scratch, bytes per thread. Shared: shared memory / LDS per program.",
@@ -613,7 +638,7 @@ def failure_line(kernel: dict, width: int = 160) -> str:
 
 def main(targets: Sequence[str], *, json_path: Optional[str], markdown_path: Optional[str], jobs: int,
          modules: Optional[Sequence[str]] = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-         known_issues_path: Optional[str] = None) -> int:
+         known_issues_path: Optional[str] = None, smoke_targets: Sequence[str] = ()) -> int:
     """The ``spec-hal compile-matrix`` command; returns the exit status."""
     os.environ.pop("TRITON_INTERPRET", None)  # before the kernels are imported: they must compile
     from spec_hal import kernels
@@ -625,7 +650,7 @@ def main(targets: Sequence[str], *, json_path: Optional[str], markdown_path: Opt
     try:
         known_issues = load_known_issues(known_issues_path) if known_issues_path else []
         report = run_matrix(list(targets), module_names=modules, jobs=jobs, timeout_s=timeout_s,
-                            known_issues=known_issues, progress=_print_progress)
+                            known_issues=known_issues, progress=_print_progress, smoke_archs=list(smoke_targets))
     except (ValueError, OSError) as exc:
         print(f"spec-hal compile-matrix: {exc}", file=sys.stderr)
         return EXIT_USAGE

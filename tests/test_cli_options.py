@@ -41,6 +41,7 @@ BAD_VALUES = {
     ("conformance", "--known-issues"): [],
     ("conformance", "-k"): [],
     ("compile-matrix", "--targets"): ["", ",", "sm_9x", "rdna9", "sm_90,cpu"],
+    ("compile-matrix", "--smoke-targets"): ["", "sm_9x", "sm_90,cpu"],
     ("compile-matrix", "--json"): [],
     ("compile-matrix", "--markdown"): [],
     ("compile-matrix", "--jobs"): ["-1", HUGE, "many"],
@@ -84,6 +85,7 @@ LATER_FAILURES = [
     (["compile-matrix", "--strict", "--known-issues", "x.toml"], 2, "--strict"),
     (["compile-matrix", "--known-issues", "no/such/file.toml"], 2, "--known-issues"),
     (["compile-matrix", "extra"], 2, "extra"),
+    (["compile-matrix", "--targets", "sm_90", "--smoke-targets", "gfx942"], 2, "--smoke-targets"),
     ([], 2, "COMMAND"),
     (["nosuchcommand"], 2, "nosuchcommand"),
 ]

@@ -91,6 +91,36 @@ def test_known_issues_turn_expected_failures_green_and_stale_entries_exit_6(tmp_
     assert "STALE" in result.stdout and "1 skipped" in result.stdout
 
 
+def test_smoke_targets_keep_the_first_spec_of_each_kernel():
+    # No compile: the real kernel modules' spec lists, sm_90 in full, sm_80 one spec per kernel.
+    modules = ["spec_hal.kernels.compaction", "spec_hal.kernels.mamba"]
+    full, listed = cm.collect_jobs(modules, ["sm_90", "sm_80"])
+    smoke, smoke_listed = cm.collect_jobs(modules, ["sm_90", "sm_80"], smoke_archs=["sm_80"])
+    assert smoke_listed == listed  # "listed" counts what the modules list, whatever is compiled
+    assert [job for job in smoke if job.arch == "sm_90"] == [job for job in full if job.arch == "sm_90"]
+    kept = [(job.module, job.kernel) for job in smoke if job.arch == "sm_80"]
+    every = [(job.module, job.kernel) for job in full if job.arch == "sm_80"]
+    assert kept == list(dict.fromkeys(every)) and len(kept) < len(every)
+    first = {}
+    for job in full:
+        if job.arch == "sm_80":
+            first.setdefault((job.module, job.kernel), job.spec_index)
+    assert {(job.module, job.kernel): job.spec_index for job in smoke if job.arch == "sm_80"} == first
+
+
+def test_a_smoke_target_never_makes_an_entry_stale(fixture_module):
+    # small_copy passes, so an xfail entry for it is stale where every configuration is compiled;
+    # on a smoke target the other configurations were never compiled, so nothing can be said.
+    listed = [{"kernel": "spilling_kernels.small_copy", "action": "xfail", "reason": "r", "link": "l"}]
+    full = cm.run_matrix(["sm_90"], module_names=[fixture_module], jobs=1, known_issues=listed)
+    assert full["stale_known_issues"] and full["smoke_targets"] == []
+    smoke = cm.run_matrix(["sm_90"], module_names=[fixture_module], jobs=1, known_issues=listed, smoke_archs=["sm_90"])
+    assert smoke["stale_known_issues"] == [] and smoke["smoke_targets"] == ["sm_90"]
+    assert smoke["failed"] == 1  # register_hog still fails: a smoke target is compiled and checked
+    with pytest.raises(ValueError, match="smoke targets"):
+        cm.run_matrix(["sm_90"], module_names=[fixture_module], smoke_archs=["gfx942"])
+
+
 def test_manifest_entries_need_reason_and_link(tmp_path):
     manifest = tmp_path / "known.toml"
     manifest.write_text('[[known_issue]]\nkernel = "x"\naction = "xfail"\nreason = "r"\n')
