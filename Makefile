@@ -35,10 +35,23 @@ demo: setup
 	$(PY) -m spec_hal.cli demo
 
 # The full suite CI runs: the project's tests, the conformance suite on every backend this machine
-# has (one line per case as it runs), then every Triton kernel compiled offline for six GPU targets.
+# has (one line per case), then every Triton kernel compiled offline for six GPU targets (four of
+# them at one configuration per kernel, above). The conformance lanes run beside the tests, in a
+# second process: each is mostly one thread and CI has 2 cores (one after the other they took
+# 39 + 20 minutes with a cold Triton cache, most of CI's 90). The lanes' output follows the tests'
+# when both are done; either failing fails the target.
+# Through a variable: a recipe line naming $(MAKE) itself runs even under `make -n`, and this one
+# would run the tests.
+CONFORMANCE_LANES = $(MAKE) --no-print-directory conformance
 test: setup-test
-	$(PY) -m pytest tests -v -rs --durations=15
-	$(MAKE) --no-print-directory conformance
+	mkdir -p $(REPORTS)
+	@echo "conformance lanes run beside the tests; their output ($(REPORTS)/conformance.log) follows the tests'"
+	$(CONFORMANCE_LANES) > $(REPORTS)/conformance.log 2>&1 & lanes=$$!; \
+	trap 'kill $$lanes 2>/dev/null' INT TERM; \
+	$(PY) -m pytest tests -v -rs --durations=15; tests_status=$$?; \
+	wait $$lanes; lanes_status=$$?; \
+	echo "== conformance lanes (ran beside the tests): exit $$lanes_status"; cat $(REPORTS)/conformance.log; \
+	test $$tests_status = 0 && test $$lanes_status = 0
 	$(MAKE) --no-print-directory compile-matrix
 
 conformance: setup-test

@@ -127,7 +127,7 @@ PROBE = textwrap.dedent("""
 
 
 def test_fused_walk_searches_match_the_reference():
-    results = run_interpreter_probe(PROBE, timeout=900)
+    results = run_interpreter_probe(PROBE)
     assert len(results) == 5 * 9 * 3 + 2
     assert all(results.values()), {case: same for case, same in results.items() if not same}
 
@@ -178,6 +178,6 @@ LIST_PROBE = textwrap.dedent("""
 
 
 def test_fused_walk_list_matches_the_reference():
-    results = run_interpreter_probe(LIST_PROBE, timeout=900)
+    results = run_interpreter_probe(LIST_PROBE)
     assert len(results) == 2 * 6
     assert all(results.values()), {case: same for case, same in results.items() if not same}

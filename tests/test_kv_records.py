@@ -48,6 +48,6 @@ PROBE = textwrap.dedent("""
 
 
 def test_every_program_records_its_blocks_of_a_long_list():
-    results = run_interpreter_probe(PROBE, timeout=900)
+    results = run_interpreter_probe(PROBE)
     assert len(results) == 7 * 3 * 2 + 3
     assert all(results.values()), {case: same for case, same in results.items() if not same}

@@ -168,6 +168,6 @@ PROBE = textwrap.dedent("""
 
 
 def test_split_row_processing_matches_the_reference():
-    results = run_interpreter_probe(PROBE, timeout=900)
+    results = run_interpreter_probe(PROBE)
     assert len(results) == 4 * (10 * 2 + 7) + 3
     assert all(results.values()), {case: same for case, same in results.items() if not same}

@@ -90,6 +90,6 @@ PROBE = textwrap.dedent("""
 
 
 def test_tiles_and_sub_tiles_match_the_reference():
-    results = run_interpreter_probe(PROBE, timeout=900)
+    results = run_interpreter_probe(PROBE)
     assert len(results) == 3 * 9 * 4 + 1
     assert all(results.values()), {case: same for case, same in results.items() if not same}

@@ -87,6 +87,6 @@ PROBE = textwrap.dedent("""
 
 
 def test_walk_weight_modes_match_the_reference():
-    results = run_interpreter_probe(PROBE, timeout=900)
+    results = run_interpreter_probe(PROBE)
     assert len(results) == 1 + 6 * 3 * 2
     assert all(results.values()), {case: same for case, same in results.items() if not same}
