@@ -52,6 +52,7 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
 
 from spec_hal.device_buffers import int32_parts
 from spec_hal.topk import MAX_TOPK
@@ -66,6 +67,14 @@ EMPTY_KEY = tl.constexpr(-9223372036854775807)
 # is about -9.19e18) and above EMPTY_KEY, ordered by id ascending, and decoded by _key_id.
 MASKED_KEY_TOP = tl.constexpr(-9223372036854775807 + 2147483646)
 LOG2E = tl.constexpr(1.4426950408889634)
+# Compiled, NaN logits become -inf through maxnum (``tl.maximum`` without NaN propagation: PTX
+# ``max.f32`` and LLVM's maxnum return the other operand), one instruction an id where a compare
+# and a select took two. Triton 3.6's interpreter computes ``tl.maximum`` with ``np.maximum``, which
+# keeps NaN, so interpreted kernels keep the compare; so do masked launches through a token map,
+# where maxnum put an 8 B local frame in bfloat16 statistics specs on sm_80 and sm_100 (offline
+# compile matrix, Triton 3.9). Read when the module is imported, as ``triton.jit`` reads the same
+# switch when it decides to interpret.
+NAN_BY_MAXNUM = tl.constexpr(not knobs.runtime.interpret)
 
 
 # Orders (``_ordered``) below every real value's (that of -inf is -2139095041): the max of a
@@ -138,7 +147,10 @@ def _logit_values(raw, cols, in_vocab, base, constrained, first_col, mask_ptr, m
     FLT_MAX, ids past the vocabulary and ids the row's mask (``base``, ``constrained``) does not
     allow are -inf (``_allowed_ids``)."""
     values = raw.to(tl.float32)
-    values = tl.where(values != values, float("-inf"), values)
+    if NAN_BY_MAXNUM and not HAS_MAP:
+        values = tl.maximum(values, float("-inf"))  # maxnum: NaN gives the other operand
+    else:
+        values = tl.where(values != values, float("-inf"), values)
     values = tl.minimum(values, 3.4028234663852886e38)
     values = tl.where(in_vocab, values, float("-inf"))
     allowed = in_vocab
@@ -214,11 +226,17 @@ def _tile_stats(raw, tile, in_vocab, sub_order_row, base, constrained, mask_ptr,
                 allowed = _allowed_ids(cols, in_vocab, base, constrained, tile * BLOCK, mask_ptr, map_ptr, mask_width, BLOCK, HAS_MAP,
                                        True)
                 sub_orders = _masked_sub_orders(values, allowed, in_vocab, BLOCK, SUB)
+        elif not HAS_MAP:
+            # A row's last tile: its sub-tiles wholly past the vocabulary take PAST_VOCAB_ORDER, and
+            # only an in-vocabulary sub-tile without a finite allowed value orders each id, as above.
+            sub_in_vocab = tl.max(tl.reshape(in_vocab.to(tl.int32), [BLOCK // SUB, SUB]), axis=1) != 0
+            sub_orders = tl.where(sub_in_vocab, sub_orders, PAST_VOCAB_ORDER)
+            if tl.min(tl.where(sub_in_vocab, sub_maxima, 0.0), axis=0) == float("-inf"):
+                allowed = _allowed_ids(cols, in_vocab, base, constrained, tile * BLOCK, mask_ptr, map_ptr, mask_width, BLOCK, HAS_MAP,
+                                       True)
+                sub_orders = _masked_sub_orders(values, allowed, in_vocab, BLOCK, SUB)
         else:
-            # A row's last tile, whose sub-tiles past the vocabulary have no finite max (the branch
-            # would be taken; with it there ptxas kept an 8 B frame on sm_90, Triton 3.6, and this
-            # costs 24 registers a thread more), and any tile through a token map (a frame on
-            # sm_100, Triton 3.9).
+            # Any tile through a token map (with the branch above a frame on sm_100, Triton 3.9).
             sub_orders = _masked_sub_orders(values, allowed, in_vocab, BLOCK, SUB)
     tile_max = tl.max(sub_maxima, axis=0)
     tl.store(sub_order_row + tile * (BLOCK // SUB) + tl.arange(0, BLOCK // SUB), sub_orders)
