@@ -6,9 +6,10 @@ The interpreter's own launch config gives every row one tile of at most 256-id s
 conformance suite never merges tiles or ranks small sub-tiles there. This test launches the kernels
 through the interpreter with 32- and 64-id tiles and 32-, 8- and 16-id sub-tiles, on logits chosen
 to make the sub-tile order matter (ascending and descending rows, heavy ties between sub-tile
-maxima, NaN/inf, all -inf and all-NaN rows, masks with fewer allowed tokens than k and a row
-allowing nothing, a token map; the first 128 ids alone, every tile whole, so the statistics' path
-without bound tests ends a row; bfloat16 masks with an index, whose unconstrained rows take the
+maxima, NaN/inf, all -inf and all-NaN rows, masks with fewer allowed tokens than k, a row
+allowing nothing and one allowing three ids (fewer than k, so that fully masked sub-tiles must
+outrank the sub-tiles wholly past the vocabulary), a token map; the first
+128 ids alone, every tile whole, so the statistics' path without bound tests ends a row; bfloat16 masks with an index, whose unconstrained rows take the
 launches' row branch), and compares ids bit for bit and probabilities within the suite's
 tolerance with the cpu reference. Reversing the sub-tiles' tie order (index descending) fails it.
 Runs in a fresh process: TRITON_INTERPRET must be set before kernels are defined.
@@ -46,6 +47,11 @@ PROBE = textwrap.dedent("""
     allowed[2] = False
     allowed[2, [3, 97]] = True                                        # fewer allowed tokens than k
     allowed[3] = False                                                # nothing allowed
+    # Three allowed ids (one at -inf), fewer than k = 5, whose sub-tiles (64-id tiles of 16) and the
+    # last tile's two wholly past the vocabulary would take all five picks if those two ranked
+    # above the fully masked sub-tiles that hold the two masked ids the reference fills in (0, 1).
+    allowed[7] = False
+    allowed[7, [100, 130, 145]] = True
     mask = pack_bitmask(allowed)
     index = torch.arange(rows, dtype=torch.int32)
     index[1::3] = -1
