@@ -8,9 +8,9 @@ through the interpreter with 32- and 64-id tiles and 32-, 8- and 16-id sub-tiles
 to make the sub-tile order matter (ascending and descending rows, heavy ties between sub-tile
 maxima, NaN/inf, all -inf and all-NaN rows, masks with fewer allowed tokens than k, a row
 allowing nothing and one allowing three ids (fewer than k, so that fully masked sub-tiles must
-outrank the sub-tiles wholly past the vocabulary), a token map; the first
-128 ids alone, every tile whole, so the statistics' path without bound tests ends a row; bfloat16 masks with an index, whose unconstrained rows take the
-launches' row branch), and compares ids bit for bit and probabilities within the suite's
+outrank the sub-tiles wholly past the vocabulary), a token map; the first 128 ids alone, every
+tile whole, so the statistics' path without bound tests ends a row; bfloat16 masks with an index,
+whose unconstrained rows take the launches' row branch), and compares ids bit for bit and probabilities within the suite's
 tolerance with the cpu reference. Reversing the sub-tiles' tie order (index descending) fails it.
 Runs in a fresh process: TRITON_INTERPRET must be set before kernels are defined.
 """
